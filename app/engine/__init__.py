@@ -1,0 +1,1 @@
+"""The speculative-decoding engine: pure Python + numpy, no Qt, no llama_cpp."""

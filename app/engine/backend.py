@@ -1,0 +1,47 @@
+"""The protocol the engine drives. ``app/backends/llama_cpp_backend.py`` implements it.
+
+A backend is one loaded model with one KV cache holding one sequence. It remembers
+which tokens that cache holds (``tokens``) so the engine can reuse a common prefix
+and roll back rejected drafts with ``trim``.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+import numpy as np
+
+
+class ModelBackend(Protocol):
+    n_vocab: int
+    n_ctx: int
+    bos_id: int
+    eos_id: int
+    add_bos: bool
+    eog_ids: frozenset[int]        # every end-of-generation token (EOS, EOT, ...)
+    chat_template: str | None
+    name: str
+
+    @property
+    def tokens(self) -> list[int]:
+        """The tokens whose keys and values the cache holds, in order."""
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]: ...
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The raw bytes of one token (may be part of a UTF-8 character)."""
+
+    def token_text(self, token_id: int) -> str:
+        """The special-token-aware text of one token, for templates (e.g. '<|im_end|>')."""
+
+    def evaluate(self, tokens: Sequence[int], logits_at: Sequence[int]) -> np.ndarray:
+        """Append ``tokens`` to the cache in one batch.
+
+        Returns float32 logits of shape (len(logits_at), n_vocab), one row per
+        index into ``tokens``; logits are computed only at those indices.
+        """
+
+    def trim(self, n_keep: int) -> None:
+        """Drop every cached token from position ``n_keep`` on."""
+
+    def close(self) -> None: ...

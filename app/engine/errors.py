@@ -1,0 +1,21 @@
+from app.errors import TandemError
+
+
+class EngineError(TandemError):
+    """Base class of the engine's user-facing errors."""
+
+
+class ModelFileError(EngineError):
+    """A model path that is missing, not a file, or not a valid GGUF."""
+
+
+class IncompatibleDraftError(EngineError):
+    """The draft model cannot speculate for the target (names the failed rule)."""
+
+
+class ContextOverflowError(EngineError):
+    """The prompt (plus room to answer) does not fit the context window."""
+
+
+class ChatTemplateError(EngineError):
+    """The model's chat template is missing or fails to render."""

@@ -1,0 +1,125 @@
+"""Settings and event dataclasses shared by the engine, the CLI and the UI."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+class TokenKind(str, enum.Enum):
+    """What happened to an emitted token (DESIGN.md §3)."""
+
+    ACCEPTED = "accepted"    # a draft guess the target agreed with
+    CORRECTED = "corrected"  # the target's token replacing a rejected guess
+    BONUS = "bonus"          # the target's extra token after a fully accepted draft
+    PLAIN = "plain"          # produced without speculation
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How a token is chosen from logits; temperature 0 means greedy."""
+
+    temperature: float = 0.0
+    top_k: int = 0         # 0: off
+    top_p: float = 1.0     # 1.0: off
+    min_p: float = 0.0     # 0.0: off
+    seed: int | None = None
+    ignore_eos: bool = False
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """How much to speculate. ``draft_max="auto"`` lets the engine choose per round."""
+
+    enabled: bool = True
+    draft_max: int | Literal["auto"] = 5
+    draft_min: int = 1
+    p_min: float = 0.0
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One emitted token. ``text`` is the completed UTF-8 text it finished (may be '')."""
+
+    id: int
+    text: str
+    kind: TokenKind
+    # For CORRECTED tokens: what the draft had proposed at this position.
+    draft_id: int | None = None
+    draft_text: str | None = None
+    draft_prob: float | None = None
+
+
+@dataclass
+class Stats:
+    """Counters of one generation; derived figures are properties."""
+
+    tokens: int = 0
+    rounds: int = 0          # target forward passes that produced tokens
+    drafted: int = 0
+    accepted: int = 0
+    accepted_by_position: list[int] = field(default_factory=list)
+    drafted_by_position: list[int] = field(default_factory=list)
+    prompt_tokens: int = 0
+    prompt_eval_tokens: int = 0  # tokens evaluated after reusing the cached prefix
+    seconds: float = 0.0         # wall time of generation (after the prompt)
+    prompt_seconds: float = 0.0
+    draft_seconds: float = 0.0   # inside the draft model's llama.cpp calls
+    target_seconds: float = 0.0  # inside the target model's llama.cpp calls
+    stop_reason: str = ""        # "eos", "max_tokens", "cancelled", "context_full"
+    speculative: bool = False
+    note: str = ""               # why speculation was off, when it was
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def tokens_per_round(self) -> float:
+        return self.tokens / self.rounds if self.rounds else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def python_seconds(self) -> float:
+        return max(0.0, self.seconds - self.draft_seconds - self.target_seconds)
+
+    @property
+    def acceptance_by_position(self) -> list[float]:
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_by_position, self.drafted_by_position)]
+
+    def count_position(self, position: int, accepted: bool) -> None:
+        while len(self.drafted_by_position) <= position:
+            self.drafted_by_position.append(0)
+            self.accepted_by_position.append(0)
+        self.drafted_by_position[position] += 1
+        if accepted:
+            self.accepted_by_position[position] += 1
+
+    def to_dict(self) -> dict:
+        return {
+            "tokens": self.tokens,
+            "rounds": self.rounds,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "acceptance": round(self.acceptance, 4),
+            "tokens_per_round": round(self.tokens_per_round, 4),
+            "tokens_per_second": round(self.tokens_per_second, 3),
+            "acceptance_by_position": [round(a, 4) for a in self.acceptance_by_position],
+            "prompt_tokens": self.prompt_tokens,
+            "prompt_eval_tokens": self.prompt_eval_tokens,
+            "seconds": round(self.seconds, 4),
+            "draft_seconds": round(self.draft_seconds, 4),
+            "target_seconds": round(self.target_seconds, 4),
+            "python_seconds": round(self.python_seconds, 4),
+            "stop_reason": self.stop_reason,
+            "speculative": self.speculative,
+            "note": self.note,
+        }
