@@ -1,0 +1,1 @@
+"""Where Tandem keeps things: paths, settings, chat history."""

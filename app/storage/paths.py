@@ -1,0 +1,61 @@
+"""The one module that knows where Tandem's files live.
+
+Everything else asks here. ``TANDEM_HOME`` puts every directory under one folder
+(portable installs, tests); otherwise platformdirs picks the OS's conventions.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import platformdirs
+
+APP_NAME = "Tandem"
+
+
+def _root(kind: str) -> Path:
+    home = os.environ.get("TANDEM_HOME")
+    if home:
+        return Path(home) / kind
+    getter = {
+        "config": platformdirs.user_config_path,
+        "data": platformdirs.user_data_path,
+        "cache": platformdirs.user_cache_path,
+        "log": platformdirs.user_log_path,
+    }[kind]
+    return getter(APP_NAME, appauthor=False)
+
+
+def config_dir() -> Path:
+    return _ensure(_root("config"))
+
+
+def data_dir() -> Path:
+    return _ensure(_root("data"))
+
+
+def cache_dir() -> Path:
+    return _ensure(_root("cache"))
+
+
+def log_dir() -> Path:
+    return _ensure(_root("log"))
+
+
+def models_dir() -> Path:
+    """Provisioned models (the demo pair and files derived from it)."""
+    return _ensure(cache_dir() / "models")
+
+
+def settings_file() -> Path:
+    return config_dir() / "settings.json"
+
+
+def history_db() -> Path:
+    return data_dir() / "history.sqlite3"
+
+
+def _ensure(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
