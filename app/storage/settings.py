@@ -1,0 +1,255 @@
+"""The user's settings: declared once, saved as versioned JSON, written atomically.
+
+Each field of ``Settings`` is the single declaration of a setting: its name, type
+(the annotation), default, description and check. The dialog, the file format and
+the validation all read from there, so adding a setting means adding one field.
+
+File format: ``{"version": 1, "settings": {name: value, ...}}``. Loading never fails:
+a file that can't be used is moved aside and the user is told where it went.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal, NamedTuple
+
+from app.storage import paths
+from app.storage.errors import InvalidSettingError, StorageError
+from app.storage.files import atomic_write_text, move_aside
+
+SETTINGS_VERSION = 1
+
+# Version n -> a function turning the "settings" dict of a version-n file into version n+1.
+# Loading applies them in order; an old file with no path to the current version counts as bad.
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+Check = Callable[[Any], Any]  # returns the value (normalised) or raises ValueError("must be ...")
+
+
+# --- checks -------------------------------------------------------------------------------
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError("must be text")
+    return value
+
+
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError("must be true or false")
+    return value
+
+
+def _integer(low: int | None = None, high: int | None = None) -> Check:
+    def check(value: Any) -> int:
+        # bool is an int subclass in Python; ``true`` in the file is not a number.
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError("must be a whole number")
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise ValueError(f"must be {_range_words(low, high)}")
+        return value
+    return check
+
+
+def _number(low: float, high: float | None = None, *, low_inclusive: bool = True) -> Check:
+    def check(value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError("must be a number")
+        too_low = value < low if low_inclusive else value <= low
+        if too_low or (high is not None and value > high):
+            raise ValueError(f"must be {_range_words(low, high, low_inclusive=low_inclusive)}")
+        return float(value)
+    return check
+
+
+def _one_of(*choices: str) -> Check:
+    def check(value: Any) -> str:
+        if value not in choices:
+            raise ValueError("must be one of " + ", ".join(repr(c) for c in choices))
+        return value
+    return check
+
+
+def _auto_or(inner: Check) -> Check:
+    def check(value: Any) -> Any:
+        if value == "auto":
+            return value
+        try:
+            return inner(value)
+        except ValueError as exc:
+            raise ValueError(f"must be 'auto' or {str(exc).removeprefix('must be ')}") from None
+    return check
+
+
+def _range_words(low: float | None, high: float | None, *, low_inclusive: bool = True) -> str:
+    if low is not None and high is not None:
+        if low_inclusive:
+            return f"from {low} to {high}"
+        return f"above {low} and at most {high}"
+    if low is not None:
+        return f"at least {low}" if low_inclusive else f"above {low}"
+    return f"at most {high}"
+
+
+def option(default: Any, description: str, check: Check) -> Any:
+    """Declare one setting: its default, a sentence for the user, and its check."""
+    return field(default=default, metadata={"description": description, "check": check})
+
+
+# --- the declaration ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Settings:
+    """Every user setting. Instances are valid by construction (``__post_init__`` checks)."""
+
+    # Models
+    target_path: str = option("", "Target model (GGUF). Empty: the demo pair's target.", _text)
+    draft_path: str = option("", "Draft model (GGUF). Empty: the demo pair's draft.", _text)
+    drafter: Literal["model", "lookup"] = option(
+        "model", "Where guesses come from: a draft model, or prompt lookup (n-grams).",
+        _one_of("model", "lookup"))
+    # Speculation
+    speculation: bool = option(True, "Speculate with the drafter; off decodes with the target alone.", _flag)
+    draft_max: int | Literal["auto"] = option(
+        "auto", "Most tokens drafted per round ('auto' lets the engine choose).", _auto_or(_integer(1, 16)))
+    draft_min: int = option(1, "Fewer drafted tokens than this: decode plainly that round.", _integer(1))
+    p_min: float = option(0.0, "Stop drafting when the draft's top probability falls below this.", _number(0.0, 1.0))
+    # Hardware
+    target_gpu_layers: int = option(-1, "Target layers offloaded to the GPU (-1: all).", _integer(-1))
+    draft_gpu_layers: int = option(-1, "Draft layers offloaded to the GPU (-1: all).", _integer(-1))
+    n_ctx: int = option(4096, "Context size in tokens.", _integer(256))
+    n_threads: int = option(0, "CPU threads (0: automatic).", _integer(0))
+    # Sampling
+    temperature: float = option(0.8, "Sampling temperature (0: always the likeliest token).", _number(0.0))
+    top_k: int = option(40, "Sample among the k likeliest tokens (0: off).", _integer(0))
+    top_p: float = option(0.95, "Sample from the smallest set whose probability reaches p (1: off).",
+                          _number(0.0, 1.0, low_inclusive=False))
+    min_p: float = option(0.05, "Drop tokens less likely than this fraction of the top one (0: off).",
+                          _number(0.0, 1.0))
+    seed: int = option(-1, "Random seed (-1: a new one each time).", _integer())
+    max_tokens: int = option(1024, "Longest reply in tokens.", _integer(1))
+    system_prompt: str = option("", "Instructions placed before every conversation.", _text)
+    # Window
+    show_colours: bool = option(True, "Colour tokens by what happened to them.", _flag)
+    window_geometry: str = option("", "Saved window geometry (base64); kept by the window.", _text)
+
+    def __post_init__(self) -> None:
+        for spec in dataclasses.fields(self):
+            value = getattr(self, spec.name)
+            try:
+                normalised = spec.metadata["check"](value)
+            except ValueError as exc:
+                raise InvalidSettingError(f"Setting {spec.name} {exc}, got {value!r}.") from None
+            object.__setattr__(self, spec.name, normalised)  # e.g. temperature 1 -> 1.0
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with ``changes`` applied; raises InvalidSettingError for a bad value."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class OptionInfo(NamedTuple):
+    name: str
+    default: Any
+    description: str
+
+
+def options() -> list[OptionInfo]:
+    """The declared settings in order, for a dialog or ``--help`` text."""
+    return [OptionInfo(f.name, f.default, f.metadata["description"]) for f in dataclasses.fields(Settings)]
+
+
+# --- the file -----------------------------------------------------------------------------
+
+class LoadedSettings(NamedTuple):
+    settings: Settings
+    notice: str | None  # one line for the user when something was reset, else None
+
+
+class _UnusableFile(Exception):
+    """The file as a whole can't be used (reason in the message)."""
+
+
+def load_settings(path: Path | None = None) -> LoadedSettings:
+    """Read the settings file. Never raises: bad content falls back to defaults with a notice."""
+    path = Path(path) if path is not None else paths.settings_file()
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+        values = _upgrade(document)
+    except FileNotFoundError:
+        return LoadedSettings(Settings(), None)  # first start: nothing to complain about
+    except OSError as exc:
+        return _start_over(path, exc.strerror or type(exc).__name__)
+    except UnicodeDecodeError:
+        return _start_over(path, "not UTF-8 text")
+    except json.JSONDecodeError as exc:
+        return _start_over(path, f"not valid JSON at line {exc.lineno}")
+    except _UnusableFile as exc:
+        return _start_over(path, str(exc))
+
+    accepted: dict[str, Any] = {}
+    rejected: list[str] = []
+    for spec in dataclasses.fields(Settings):
+        if spec.name not in values:
+            continue  # a setting added since the file was written keeps its default
+        try:
+            accepted[spec.name] = spec.metadata["check"](values[spec.name])
+        except ValueError as exc:
+            rejected.append(f"{spec.name} ({exc}, got {values[spec.name]!r})")
+    settings = Settings(**accepted)  # unknown keys are ignored: they came from elsewhere
+    if not rejected:
+        return LoadedSettings(settings, None)
+
+    where = _keep_aside(path)
+    try:
+        save_settings(settings, path)  # so the next start neither warns again nor loses the good values
+    except StorageError:
+        pass
+    return LoadedSettings(settings, f"Reset to default: {'; '.join(rejected)}. {where}")
+
+
+def save_settings(settings: Settings, path: Path | None = None) -> None:
+    """Write ``settings`` atomically; raises StorageError with a one-line reason."""
+    path = Path(path) if path is not None else paths.settings_file()
+    document = {"version": SETTINGS_VERSION, "settings": settings.to_dict()}
+    try:
+        atomic_write_text(path, json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+    except OSError as exc:
+        raise StorageError(f"Could not save settings to {path}: {exc.strerror or exc}") from exc
+
+
+def _upgrade(document: Any) -> dict[str, Any]:
+    if not isinstance(document, dict) or not isinstance(document.get("settings"), dict):
+        raise _UnusableFile('not a Tandem settings file (expected {"version": ..., "settings": {...}})')
+    version = document.get("version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise _UnusableFile(f"unknown version {version!r}")
+    if version > SETTINGS_VERSION:
+        raise _UnusableFile(f"written by a newer Tandem (version {version})")
+    values = document["settings"]
+    while version < SETTINGS_VERSION:
+        migrate = MIGRATIONS.get(version)
+        if migrate is None:
+            raise _UnusableFile(f"no upgrade from version {version}")
+        values = migrate(dict(values))
+        version += 1
+    return values
+
+
+def _start_over(path: Path, reason: str) -> LoadedSettings:
+    notice = f"Settings file {path} could not be used ({reason}); using defaults. {_keep_aside(path)}"
+    return LoadedSettings(Settings(), notice)
+
+
+def _keep_aside(path: Path) -> str:
+    """Move the file out of the way and say where, as the tail of a notice."""
+    try:
+        return f"The original was kept as {move_aside(path)}."
+    except OSError as exc:
+        return f"The original could not be moved aside ({exc.strerror or exc})."
