@@ -16,7 +16,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from app.storage import paths
 from app.storage.errors import StorageError
@@ -33,6 +33,7 @@ TITLE_CHARS = 60
 # anything else (locked, permissions, I/O) may pass, so the file is left where it is.
 _SQLITE_CORRUPT = 11
 _SQLITE_NOTADB = 26
+_SQLITE_HEADER = b"SQLite format 3\x00"
 
 TokenRecord = dict[str, Any]  # {"t": text, "k": kind} plus "d": draft text, "p": draft prob
 
@@ -214,10 +215,12 @@ class HistoryStore:
             return db.execute("DELETE FROM messages WHERE conversation_id = ? AND id >= ?",
                               (row[0], message_id)).rowcount
 
-    def begin_reply(self, conversation_id: int, meta: dict[str, Any] | None = None) -> ReplyWriter:
+    def begin_reply(self, conversation_id: int, meta: dict[str, Any] | None = None, *,
+                    interval: float = COMMIT_INTERVAL_S,
+                    clock: Callable[[], float] = time.monotonic) -> ReplyWriter:
         """Start an assistant message that is filled in while it is generated."""
         message_id = self.add_message(conversation_id, "assistant", "", meta=meta, status="streaming")
-        return ReplyWriter(self, conversation_id, message_id)
+        return ReplyWriter(self, conversation_id, message_id, interval=interval, clock=clock)
 
     # --- internals ----------------------------------------------------------------------
 
@@ -257,8 +260,9 @@ class ReplyWriter:
     """
 
     def __init__(self, store: HistoryStore, conversation_id: int, message_id: int,
-                 interval: float = COMMIT_INTERVAL_S):
+                 interval: float = COMMIT_INTERVAL_S, clock: Callable[[], float] = time.monotonic):
         self.store = store
+        self.clock = clock
         self.conversation_id = conversation_id
         self.message_id = message_id
         self.interval = interval
@@ -266,7 +270,7 @@ class ReplyWriter:
         self._text_parts: list[str] = []
         self._dirty = False
         self._finished = False
-        self._last_commit = time.monotonic()  # the empty row was committed by begin_reply
+        self._last_commit = clock()  # the empty row was committed by begin_reply
 
     @property
     def text(self) -> str:
@@ -275,7 +279,7 @@ class ReplyWriter:
     def append(self, tokens: Iterable[TokenRecord]) -> bool:
         """Add tokens; returns True when this call committed them (and all before) to disk."""
         self._take(tokens)
-        if self._dirty and time.monotonic() - self._last_commit >= self.interval:
+        if self._dirty and self.clock() - self._last_commit >= self.interval:
             self._write()
             return True
         return False
@@ -313,7 +317,7 @@ class ReplyWriter:
                 db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?",
                            (self.store._now(), self.conversation_id))
         self._dirty = False
-        self._last_commit = time.monotonic()
+        self._last_commit = self.clock()
 
 
 def title_from(text: str) -> str:
@@ -330,12 +334,12 @@ def title_from(text: str) -> str:
 
 def _connect(path: Path) -> sqlite3.Connection:
     """Open, check and upgrade one database; closes it again if any of that fails."""
+    _check_header(path)
     db = sqlite3.connect(str(path), timeout=5.0, isolation_level=None)  # transactions are explicit
     try:
-        db.execute("PRAGMA journal_mode = WAL")  # first read of the file: 'not a database' shows here
-        db.execute("PRAGMA synchronous = FULL")  # a commit is on disk before the call returns
-        db.execute("PRAGMA foreign_keys = ON")
-        verdict = db.execute("PRAGMA quick_check").fetchone()[0]
+        # Judge the file before writing to it (journal_mode rewrites the header): a file
+        # set aside should be kept exactly as it was found.
+        verdict = db.execute("PRAGMA quick_check").fetchone()[0]  # 'not a database' shows here
         if verdict != "ok":
             raise _Damaged(f"integrity check: {verdict}")
         version = schema_version(db)
@@ -343,6 +347,9 @@ def _connect(path: Path) -> sqlite3.Connection:
             raise _Damaged(f"written by a newer Tandem, schema {version}")
         if version == 0 and db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0]:
             raise _Damaged("a database, but not a Tandem history")
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA synchronous = FULL")  # a commit is on disk before the call returns
+        db.execute("PRAGMA foreign_keys = ON")
         migrate(db)
         with _transaction(db):
             # Only a crash (or a kill) leaves a reply 'streaming' across a restart.
@@ -371,6 +378,18 @@ def _purge_deleted(db: sqlite3.Connection) -> int:
     db.execute("DELETE FROM messages WHERE conversation_id IN "
                "(SELECT id FROM conversations WHERE deleted_at IS NOT NULL)")
     return db.execute("DELETE FROM conversations WHERE deleted_at IS NOT NULL").rowcount
+
+
+def _check_header(path: Path) -> None:
+    # Judged before SQLite opens the file: on a non-database SQLite discards the -wal
+    # beside it when the connection closes, and that file should be set aside intact too.
+    try:
+        with open(path, "rb") as file:
+            header = file.read(len(_SQLITE_HEADER))
+    except OSError:
+        return  # missing (a new history) or unopenable: sqlite3 reports it in its own words
+    if header and header != _SQLITE_HEADER:
+        raise _Damaged("file is not a database")
 
 
 def _is_damage(exc: BaseException) -> bool:
