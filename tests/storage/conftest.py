@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-CRASH_REPORT = pytest.StashKey[list]()
+_CRASH_REPORT = pytest.StashKey[list]()
 
 
 @pytest.fixture(autouse=True)
@@ -13,7 +13,12 @@ def tandem_home(tmp_path, monkeypatch):
     return home
 
 
+@pytest.fixture
+def crash_report(request) -> list[str]:
+    """Lines for the end-of-run summary: the crash test's measured loss shows in every run."""
+    return request.config.stash.setdefault(_CRASH_REPORT, [])
+
+
 def pytest_terminal_summary(terminalreporter, config):
-    # The crash test's measured loss belongs in every run's output, not only with -s.
-    for line in config.stash.get(CRASH_REPORT, []):
+    for line in config.stash.get(_CRASH_REPORT, []):
         terminalreporter.write_line(line)
