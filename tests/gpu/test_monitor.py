@@ -69,6 +69,25 @@ def test_missing_pynvml_module_is_the_same_calm_status(monkeypatch, caplog):
     assert len(caplog.records) == 1
 
 
+def test_real_nvml_with_a_driver_reports_every_gpu():
+    # The counterpart of the tests above, for machines that do have a GPU.
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        pytest.skip("no NVIDIA driver here")
+    expected = pynvml.nvmlDeviceGetCount()
+    pynvml.nvmlShutdown()
+
+    monitor = GpuMonitor()
+    status = monitor.poll()
+    monitor.close()
+    assert status.available
+    assert len(status.gpus) == expected
+    for gpu in status.gpus:
+        assert isinstance(gpu.name, str) and gpu.name
+        assert 0 <= gpu.memory_used_bytes <= gpu.memory_total_bytes
+
+
 # -- NVML present, through a fake library --------------------------------------
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pynvml
 import pytest
-from PySide6.QtWidgets import QLabel, QProgressBar
+from PySide6.QtWidgets import QProgressBar
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))  # the shared fake NVML
 from fake_nvml import two_gpus  # noqa: E402

@@ -86,7 +86,9 @@ def qt_messages():
     qInstallMessageHandler(previous)
 
 
-@pytest.mark.parametrize(("sheet", "parses"), [(None, True), ("QPushButton { color: red", False)])
+@pytest.mark.parametrize(
+    ("sheet", "parses"), [(None, True), ("QPushButton { color: red", False)], ids=["ours", "broken"]
+)
 def test_style_sheet_parses(qtbot, qt_messages, sheet, parses):
     # The broken sheet proves the check can fail.
     button = QPushButton("Send")
