@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -76,7 +76,7 @@ class StoredMessage:
 
 
 class _Damaged(Exception):
-    """The file opened but is not a usable Tandem history (reason in the message)."""
+    """The file is there but is not a usable Tandem history (reason in the message)."""
 
 
 class HistoryStore:
@@ -99,6 +99,8 @@ class HistoryStore:
         Either way ``notice`` says what happened.
         """
         path = Path(path) if path is not None else paths.history_db()
+        with suppress(OSError):  # if this fails, sqlite3 says why in its own words below
+            path.parent.mkdir(parents=True, exist_ok=True)
         try:
             return cls(_connect(path), path)
         except (sqlite3.DatabaseError, _Damaged) as exc:
@@ -307,6 +309,8 @@ class ReplyWriter:
             self._dirty = True
 
     def _write(self, stats: dict[str, Any] | None = None, status: str | None = None) -> None:
+        # A failed commit (disk full) is retried at the next interval, not on every token.
+        self._last_commit = self.clock()
         with self.store._transaction() as db:
             db.execute("""UPDATE messages SET text = ?, tokens = ?, updated_at = ?,
                               stats = COALESCE(?, stats), status = COALESCE(?, status)
@@ -317,7 +321,6 @@ class ReplyWriter:
                 db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?",
                            (self.store._now(), self.conversation_id))
         self._dirty = False
-        self._last_commit = self.clock()
 
 
 def title_from(text: str) -> str:

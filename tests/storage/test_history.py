@@ -320,3 +320,19 @@ def test_the_store_belongs_to_the_thread_that_opened_it(store):
     thread.start()
     thread.join()
     assert len(errors) == 1
+
+
+def test_a_full_disk_is_a_storage_error_and_streaming_recovers(store):
+    conversation = store.create_conversation()
+    writer = store.begin_reply(conversation, interval=0.0)
+    writer.append([token_record("saved", "plain")])
+    # SQLite's page limit is a real "database or disk is full", without filling a disk.
+    pages = store._db.execute("PRAGMA page_count").fetchone()[0]
+    store._db.execute(f"PRAGMA max_page_count = {pages}")
+    with pytest.raises(StorageError, match="full"):
+        writer.append([token_record("x" * 200_000, "plain")])
+    assert store.messages(conversation)[0].text == "saved"  # the failed commit left no trace
+
+    store._db.execute("PRAGMA max_page_count = 1073741823")
+    writer.finish()
+    assert store.messages(conversation)[0].text == "saved" + "x" * 200_000
