@@ -211,7 +211,7 @@ def load_settings(path: Path | None = None) -> LoadedSettings:
         save_settings(settings, path)  # so the next start neither warns again nor loses the good values
     except StorageError:
         pass
-    return LoadedSettings(settings, f"Reset to default: {'; '.join(rejected)}. {where}")
+    return LoadedSettings(settings, f"Invalid settings were reset to their defaults: {'; '.join(rejected)}. {where}")
 
 
 def save_settings(settings: Settings, path: Path | None = None) -> None:

@@ -3,7 +3,7 @@
 Usage: python crash_child.py DB_PATH RUN
 
 Prints ``ready <message id>`` once the long reply has begun, then for every token
-``g <n>`` (n tokens generated) and, when that append committed, ``c <n>``. The parent
+``g <n> <time>`` (n tokens generated, by then) and, when that append committed, ``c <n>``. The parent
 reads these after the SIGKILL to know what was generated and what was promised durable.
 """
 
@@ -44,7 +44,7 @@ def main(db_path: Path, run: int) -> None:
     while True:  # until SIGKILL
         committed = writer.append([token(run, generated)])
         generated += 1
-        emit(f"g {generated}\n" + (f"c {generated}\n" if committed else ""))
+        emit(f"g {generated} {time.time():.6f}\n" + (f"c {generated}\n" if committed else ""))
         time.sleep(1 / TOKENS_PER_SECOND)
 
 
