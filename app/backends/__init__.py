@@ -1,0 +1,1 @@
+"""Implementations of the engine's ModelBackend protocol."""

@@ -1,0 +1,249 @@
+"""The only module that talks to llama.cpp (through llama-cpp-python's low-level API).
+
+One ``LlamaBackend`` = one model + one context + one sequence. Logits are
+requested only at the positions the engine asks for (never ``logits_all``), and
+rollback is ``llama_memory_seq_rm``.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Callable, Sequence
+
+import llama_cpp as ll
+import numpy as np
+
+from app.engine.errors import ContextOverflowError, EngineError, ModelFileError
+from app.engine.gguf_meta import validate_gguf
+
+log = logging.getLogger("tandem.llama")
+
+FTYPES = {"F32": ll.LLAMA_FTYPE_ALL_F32, "F16": ll.LLAMA_FTYPE_MOSTLY_F16,
+          "Q8_0": ll.LLAMA_FTYPE_MOSTLY_Q8_0, "Q4_0": ll.LLAMA_FTYPE_MOSTLY_Q4_0,
+          "Q4_1": ll.LLAMA_FTYPE_MOSTLY_Q4_1}
+_LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+
+
+class BackendError(EngineError):
+    """llama.cpp refused an operation."""
+
+
+# -- process-wide set-up: once, with references kept so ctypes callbacks stay alive --
+_init_lock = threading.Lock()
+_initialised = False
+_recent_errors: collections.deque[str] = collections.deque(maxlen=8)
+_log_level = logging.INFO
+
+
+@ll.llama_log_callback
+def _log_callback(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+    global _log_level
+    if level != 5:  # 5 = continuation of the previous message
+        _log_level = _LEVELS.get(level, logging.DEBUG)
+    message = (text or b"").decode("utf-8", errors="replace").rstrip()
+    if not message:
+        return
+    if _log_level >= logging.WARNING:
+        _recent_errors.append(message)
+    # llama.cpp is chatty at INFO; keep it at DEBUG unless it is a problem.
+    log.log(_log_level if _log_level >= logging.WARNING else logging.DEBUG, "%s", message)
+
+
+def _ensure_initialised() -> None:
+    global _initialised
+    with _init_lock:
+        if not _initialised:
+            ll.llama_log_set(_log_callback, ctypes.c_void_p(0))
+            ll.llama_backend_init()
+            _initialised = True
+
+
+def system_info() -> dict[str, str]:
+    """Which compute backend this llama.cpp build uses (for --self-test and the UI)."""
+    _ensure_initialised()
+    info = ll.llama_print_system_info().decode("utf-8", errors="replace")
+    gpu = bool(ll.llama_supports_gpu_offload())
+    kind = "CPU"
+    if gpu:
+        kind = "Metal" if "METAL" in info.upper() else "CUDA" if "CUDA" in info.upper() else "GPU"
+    return {"backend": kind, "system_info": info.strip(), "llama_cpp_python": ll.__version__}
+
+
+def default_threads() -> int:
+    return max(1, min(os.cpu_count() or 1, 8))
+
+
+class LlamaBackend:
+    """A loaded GGUF model with its own KV cache, implementing ``engine.backend.ModelBackend``."""
+
+    def __init__(self, path: str | Path, *, n_ctx: int = 4096, n_gpu_layers: int = -1,
+                 n_threads: int = 0, progress: Callable[[float], bool | None] | None = None) -> None:
+        path = Path(path)
+        validate_gguf(path)  # before llama.cpp sees a byte of it
+        _ensure_initialised()
+        self.path = path
+        self._model = self._ctx = None
+        self._batch = None
+
+        mparams = ll.llama_model_default_params()
+        mparams.n_gpu_layers = n_gpu_layers if n_gpu_layers >= 0 else 999
+        if progress is not None:
+            # Returning False from the callback cancels the load.
+            self._progress = ll.llama_progress_callback(lambda value, _u: progress(value) is not False)
+            mparams.progress_callback = self._progress
+        _recent_errors.clear()
+        self._model = ll.llama_model_load_from_file(str(path).encode("utf-8"), mparams)
+        if not self._model:
+            raise ModelFileError(f"{path.name}: llama.cpp could not load the model ({_last_error()})")
+
+        self._vocab = ll.llama_model_get_vocab(self._model)
+        self.n_vocab = ll.llama_vocab_n_tokens(self._vocab)
+        threads = n_threads or default_threads()
+        cparams = ll.llama_context_default_params()
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = cparams.n_ubatch = min(n_ctx, 512)
+        cparams.n_seq_max = 1
+        cparams.n_threads = cparams.n_threads_batch = threads
+        cparams.no_perf = True
+        self._ctx = ll.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            self.close()
+            raise BackendError(f"{path.name}: llama.cpp could not create a context of {n_ctx} "
+                               f"tokens ({_last_error()}); try a smaller context size")
+        self.n_ctx = ll.llama_n_ctx(self._ctx)
+        self.n_batch = cparams.n_batch
+        self._memory = ll.llama_get_memory(self._ctx)
+        self._batch = ll.llama_batch_init(self.n_batch, 0, 1)
+
+        self.bos_id = ll.llama_vocab_bos(self._vocab)
+        self.eos_id = ll.llama_vocab_eos(self._vocab)
+        self.add_bos = bool(ll.llama_vocab_get_add_bos(self._vocab))
+        self.eog_ids = frozenset(t for t in range(self.n_vocab) if ll.llama_vocab_is_eog(self._vocab, t))
+        template = ll.llama_model_chat_template(self._model, None)
+        self.chat_template = template.decode("utf-8") if template else None
+        self.name = self._meta("general.name") or path.stem
+        self._tokens: list[int] = []
+        self._piece_cache: dict[int, bytes] = {}
+
+    # -- protocol ------------------------------------------------------------
+    @property
+    def tokens(self) -> list[int]:
+        return self._tokens
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        buf = (ll.llama_token * capacity)()
+        n = ll.llama_tokenize(self._vocab, data, len(data), buf, capacity, add_special, parse_special)
+        if n < 0:
+            capacity = -n
+            buf = (ll.llama_token * capacity)()
+            n = ll.llama_tokenize(self._vocab, data, len(data), buf, capacity, add_special, parse_special)
+        if n < 0:
+            raise BackendError("llama.cpp could not tokenize the text")
+        return list(buf[:n])
+
+    def token_bytes(self, token_id: int) -> bytes:
+        piece = self._piece_cache.get(token_id)
+        if piece is None:
+            piece = self._piece_cache[token_id] = self._piece(token_id, special=False)
+        return piece
+
+    def token_text(self, token_id: int) -> str:
+        return self._piece(token_id, special=True).decode("utf-8", errors="replace")
+
+    def evaluate(self, tokens: Sequence[int], logits_at: Sequence[int]) -> np.ndarray:
+        tokens = list(tokens)
+        wanted = set(logits_at)
+        if len(self._tokens) + len(tokens) > self.n_ctx:
+            raise ContextOverflowError(
+                f"The conversation needs {len(self._tokens) + len(tokens)} tokens but the context "
+                f"holds {self.n_ctx}; start a new chat or raise the context size.")
+        rows = np.empty((len(wanted), self.n_vocab), dtype=np.float32)
+        row = 0
+        for start in range(0, len(tokens), self.n_batch):
+            chunk = tokens[start:start + self.n_batch]
+            flags = [start + i in wanted for i in range(len(chunk))]
+            self._decode(chunk, flags)
+            n_out = sum(flags)
+            if n_out:
+                # Rows of the flagged positions, contiguous and in batch order.
+                ptr = ll.llama_get_logits(self._ctx)
+                rows[row:row + n_out] = np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab))
+                row += n_out
+        return rows
+
+    def trim(self, n_keep: int) -> None:
+        if n_keep < len(self._tokens):
+            ll.llama_memory_seq_rm(self._memory, 0, n_keep, -1)
+            del self._tokens[n_keep:]
+
+    def close(self) -> None:
+        if self._batch is not None:
+            ll.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ctx:
+            ll.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            ll.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self) -> None:  # a safety net; owners call close()
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # -- internals -------------------------------------------------------------
+    def _decode(self, chunk: list[int], flags: list[bool]) -> None:
+        batch = self._batch
+        base = len(self._tokens)
+        for i, (token, flag) in enumerate(zip(chunk, flags)):
+            batch.token[i] = token
+            batch.pos[i] = base + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = flag
+        batch.n_tokens = len(chunk)
+        status = ll.llama_decode(self._ctx, batch)
+        if status != 0:
+            # llama.cpp leaves the cache as it was before this batch.
+            raise BackendError(f"llama.cpp failed to evaluate a batch (code {status}: {_last_error()})")
+        self._tokens.extend(chunk)
+
+    def _piece(self, token_id: int, *, special: bool) -> bytes:
+        buf = ctypes.create_string_buffer(64)
+        n = ll.llama_token_to_piece(self._vocab, token_id, buf, len(buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = ll.llama_token_to_piece(self._vocab, token_id, buf, len(buf), 0, special)
+        return buf.raw[:max(n, 0)]
+
+    def _meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(512)
+        n = ll.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
+
+
+def quantize(source: str | Path, dest: str | Path, ftype: str) -> None:
+    """Write ``source`` re-encoded as ``ftype`` (e.g. "F32", "Q4_0") with llama.cpp's quantizer."""
+    source, dest = Path(source), Path(dest)
+    validate_gguf(source)
+    _ensure_initialised()
+    params = ll.llama_model_quantize_default_params()
+    params.ftype = FTYPES[ftype]
+    params.allow_requantize = True
+    params.nthread = os.cpu_count() or 1
+    _recent_errors.clear()
+    if ll.llama_model_quantize(str(source).encode(), str(dest).encode(), ctypes.byref(params)) != 0:
+        raise BackendError(f"Could not write {dest.name} as {ftype} ({_last_error()})")
+
+
+def _last_error() -> str:
+    return _recent_errors[-1] if _recent_errors else "no reason given"

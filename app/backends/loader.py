@@ -1,0 +1,67 @@
+"""Load a target, a drafter and check they belong together; build the engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Literal
+
+from app.backends.llama_cpp_backend import LlamaBackend
+from app.engine.drafters import Drafter, LookupDrafter, ModelDrafter
+from app.engine.gguf_meta import Compatibility, check_compatibility, read_metadata
+from app.engine.speculative import SpeculativeEngine
+
+DrafterKind = Literal["model", "lookup", "none"]
+# (what is loading, fraction done) -> False to cancel
+LoadProgress = Callable[[str, float], bool | None]
+
+
+@dataclass
+class LoadedPair:
+    engine: SpeculativeEngine
+    target: LlamaBackend
+    draft: LlamaBackend | None
+    compatibility: Compatibility | None
+
+    def close(self) -> None:
+        if self.draft is not None:
+            self.draft.close()
+        self.target.close()
+
+
+def check_pair(target: str | Path, draft: str | Path) -> Compatibility:
+    return check_compatibility(read_metadata(Path(target)), read_metadata(Path(draft)))
+
+
+def load_pair(target_path: str | Path, draft_path: str | Path | None = None, *,
+              drafter: DrafterKind = "model", n_ctx: int = 4096, target_gpu_layers: int = -1,
+              draft_gpu_layers: int = -1, n_threads: int = 0,
+              progress: LoadProgress | None = None) -> LoadedPair:
+    """Load the models. An incompatible draft is not loaded: the engine runs plain and says why."""
+    report = progress or (lambda what, fraction: None)
+    compatibility = None
+    if drafter == "model" and draft_path:
+        compatibility = check_pair(target_path, draft_path)
+    target = LlamaBackend(target_path, n_ctx=n_ctx, n_gpu_layers=target_gpu_layers,
+                          n_threads=n_threads, progress=lambda f: report("target", f))
+    draft_model: LlamaBackend | None = None
+    chosen: Drafter | None = None
+    note = ""
+    try:
+        if drafter == "model" and draft_path:
+            if compatibility.ok:
+                draft_model = LlamaBackend(draft_path, n_ctx=target.n_ctx, n_gpu_layers=draft_gpu_layers,
+                                           n_threads=n_threads, progress=lambda f: report("draft", f))
+                chosen = ModelDrafter(draft_model, target.n_vocab, eog_ids=target.eog_ids)
+            else:
+                note = compatibility.reason
+        elif drafter == "model":
+            note = "no draft model is set"
+        elif drafter == "lookup":
+            chosen = LookupDrafter(target.n_vocab)
+        else:
+            note = "speculation is off"
+    except BaseException:
+        target.close()
+        raise
+    return LoadedPair(SpeculativeEngine(target, chosen, note=note), target, draft_model, compatibility)

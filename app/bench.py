@@ -1,0 +1,258 @@
+"""``tandem bench``: speculative vs plain decoding, measured in one run on the same models.
+
+Spec-Bench's protocol: greedy, batch size 1, speed-up = mean tokens/s with
+speculation / mean tokens/s without, per category. Plain and speculative runs
+alternate their order prompt by prompt so drift in machine load hits both alike.
+Next to the measured speed-up stands DESIGN.md §2's ideal for the measured
+acceptance α, draft length k and cost ratios c (draft step / target step) and
+v (verifying k+1 tokens / target step); efficiency = measured / ideal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from app.errors import TandemError
+from app.engine.types import SamplingConfig, SpecConfig, Stats
+
+DEFAULT_PROMPTS = Path(__file__).resolve().parent.parent.parent / "shared" / "benchmarks" / "spec_bench_dev.jsonl"
+
+
+class BenchError(TandemError):
+    pass
+
+
+@dataclass
+class BenchPrompt:
+    category: str
+    text: str
+
+
+@dataclass
+class Tally:
+    """Sums over the runs of one category (or all of them) for one draft setting."""
+
+    plain_tokens: int = 0
+    plain_seconds: float = 0.0
+    spec_tokens: int = 0
+    spec_seconds: float = 0.0
+    drafted: int = 0
+    accepted: int = 0
+    rounds: int = 0
+    spec_rounds: int = 0
+    python_seconds: float = 0.0
+    prompts: int = 0
+
+    def add(self, plain: Stats, spec: Stats) -> None:
+        self.prompts += 1
+        self.plain_tokens += plain.tokens
+        self.plain_seconds += plain.seconds
+        self.spec_tokens += spec.tokens
+        self.spec_seconds += spec.seconds
+        self.drafted += spec.drafted
+        self.accepted += spec.accepted
+        self.rounds += spec.rounds
+        self.python_seconds += spec.python_seconds + plain.python_seconds
+
+    def report(self, costs: "Costs") -> dict:
+        plain_tps = self.plain_tokens / self.plain_seconds if self.plain_seconds else 0.0
+        spec_tps = self.spec_tokens / self.spec_seconds if self.spec_seconds else 0.0
+        acceptance = self.accepted / self.drafted if self.drafted else 0.0
+        k = self.drafted / self.rounds if self.rounds else 0.0  # mean draft length per round
+        ideal = ideal_speedup(acceptance, k, costs.c, costs.v(k))
+        speedup = spec_tps / plain_tps if plain_tps else 0.0
+        return {
+            "prompts": self.prompts,
+            "plain_tokens_per_second": round(plain_tps, 3),
+            "spec_tokens_per_second": round(spec_tps, 3),
+            "speedup": round(speedup, 4),
+            "acceptance": round(acceptance, 4),
+            "tokens_per_round": round(self.spec_tokens / self.rounds, 4) if self.rounds else 0.0,
+            "mean_draft_length": round(k, 3),
+            "c": round(costs.c, 4),
+            "v": round(costs.v(k), 4),
+            "ideal_speedup": round(ideal, 4),
+            "efficiency": round(speedup / ideal, 4) if ideal else 0.0,
+            "python_overhead": round(self.python_seconds / (self.plain_seconds + self.spec_seconds), 4)
+            if self.plain_seconds + self.spec_seconds else 0.0,
+        }
+
+
+@dataclass
+class Costs:
+    """Measured per-step costs, relative to one plain target step."""
+
+    c: float
+    verify: dict[int, float] = field(default_factory=dict)  # batch size -> cost / plain step
+
+    def v(self, k: float) -> float:
+        """Verify cost for a (possibly fractional, when auto varies it) draft length k."""
+        if not self.verify:
+            return 1.0
+        sizes = sorted(self.verify)
+        batch = k + 1
+        lo = max((s for s in sizes if s <= batch), default=sizes[0])
+        hi = min((s for s in sizes if s >= batch), default=sizes[-1])
+        if hi == lo:
+            return self.verify[lo]
+        return self.verify[lo] + (self.verify[hi] - self.verify[lo]) * (batch - lo) / (hi - lo)
+
+
+def ideal_speedup(acceptance: float, k: float, c: float, v: float) -> float:
+    """DESIGN.md §2: expected tokens per round / cost of a round, in plain steps."""
+    if k <= 0:
+        return 1.0
+    a = min(acceptance, 0.999999)
+    tokens_per_round = (1 - a ** (k + 1)) / (1 - a)
+    return tokens_per_round / (k * c + v)
+
+
+def read_prompts(path: Path, limit: int | None, categories: set[str] | None) -> list[BenchPrompt]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise BenchError(f"Cannot read {path}: {exc.strerror or exc}") from None
+    prompts = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            text = record["turns"][0] if "turns" in record else record["prompt"]
+        except (json.JSONDecodeError, KeyError, IndexError, TypeError):
+            raise BenchError(f'{path}:{number}: expected Spec-Bench "turns" or a "prompt"') from None
+        category = str(record.get("category", "all"))
+        if categories is None or category in categories:
+            prompts.append(BenchPrompt(category, str(text)))
+    if limit:
+        # Keep every category represented: take prompts round-robin across them.
+        by_cat: dict[str, list[BenchPrompt]] = defaultdict(list)
+        for p in prompts:
+            by_cat[p.category].append(p)
+        picked: list[BenchPrompt] = []
+        while len(picked) < limit and any(by_cat.values()):
+            for cat in list(by_cat):
+                if by_cat[cat] and len(picked) < limit:
+                    picked.append(by_cat[cat].pop(0))
+        prompts = picked
+    if not prompts:
+        raise BenchError(f"{path} holds no prompts to run")
+    return prompts
+
+
+def add_parser(commands, add_model_arguments) -> None:
+    bench = commands.add_parser("bench", help="measure speculative vs plain decoding")
+    bench.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS,
+                       help="Spec-Bench JSONL (question_id, category, turns) or {\"prompt\"} lines")
+    bench.add_argument("--limit", type=int, default=None, help="at most this many prompts (spread over categories)")
+    bench.add_argument("--categories", default=None, help="comma-separated categories to run")
+    bench.add_argument("--max-tokens", type=int, default=128)
+    bench.add_argument("--draft-max", default="auto", help="N, a list like 1,3,5, or auto (default)")
+    bench.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    bench.add_argument("--chart", type=Path, help="write a PNG chart of speed-up and acceptance per category")
+    add_model_arguments(bench)
+
+
+def _draft_settings(value: str) -> list[int | str]:
+    settings: list[int | str] = []
+    for part in value.split(","):
+        part = part.strip()
+        if part == "auto":
+            settings.append("auto")
+        elif part.isdigit() and 1 <= int(part) <= 64:
+            settings.append(int(part))
+        else:
+            raise BenchError(f"--draft-max: {part!r} is not a number from 1 to 64 or 'auto'")
+    return settings
+
+
+def run_bench(engine, target, prompts: list[BenchPrompt], draft_settings: list[int | str],
+              max_tokens: int, progress=None) -> dict:
+    from app.engine.chat import build_messages, chat_tokens
+
+    greedy = SamplingConfig(temperature=0.0)
+    plain_spec = SpecConfig(enabled=False)
+    tallies: dict[str, dict[str, Tally]] = {str(s): defaultdict(Tally) for s in draft_settings}
+    total = len(prompts) * len(draft_settings)
+    done = 0
+    for setting in draft_settings:
+        spec = SpecConfig(enabled=True, draft_max=setting)
+        for index, prompt in enumerate(prompts):
+            tokens = chat_tokens(target, build_messages([("user", prompt.text)]))
+            # Alternate the order so neither mode always runs on a warm cache.
+            runs = {}
+            order = ("plain", "spec") if index % 2 == 0 else ("spec", "plain")
+            for mode in order:
+                generation = engine.generate(tokens, greedy, plain_spec if mode == "plain" else spec, max_tokens)
+                generation.run()
+                runs[mode] = generation.stats
+            for key in (prompt.category, "overall"):
+                tallies[str(setting)][key].add(runs["plain"], runs["spec"])
+            done += 1
+            if progress:
+                progress(f"bench draft_max={setting}", done, total)
+    costs = measured_costs(engine)
+    report = {}
+    for setting, by_key in tallies.items():
+        report[setting] = {
+            "by_category": {cat: t.report(costs) for cat, t in sorted(by_key.items()) if cat != "overall"},
+            "overall": by_key["overall"].report(costs),
+        }
+    return report
+
+
+def measured_costs(engine) -> Costs:
+    policy = engine.policy
+    plain = policy.verify_cost(1) or 1.0
+    c = (policy.draft_step or 0.0) / plain
+    return Costs(c=c, verify={b: s / plain for b, s in policy.verify.items()})
+
+
+def format_table(report: dict) -> str:
+    header = (f"{'draft':>6} {'category':<15} {'plain t/s':>9} {'spec t/s':>9} {'speedup':>8} "
+              f"{'accept':>7} {'tok/rnd':>7} {'ideal':>6} {'effic':>6} {'py ovh':>6}")
+    lines = [header, "-" * len(header)]
+    for setting, result in report.items():
+        rows = list(result["by_category"].items()) + [("OVERALL", result["overall"])]
+        for cat, r in rows:
+            lines.append(f"{setting:>6} {cat:<15} {r['plain_tokens_per_second']:>9.1f} "
+                         f"{r['spec_tokens_per_second']:>9.1f} {r['speedup']:>7.2f}x {r['acceptance']:>7.2f} "
+                         f"{r['tokens_per_round']:>7.2f} {r['ideal_speedup']:>5.2f}x {r['efficiency']:>6.2f} "
+                         f"{r['python_overhead'] * 100:>5.1f}%")
+        c, v = result["overall"]["c"], result["overall"]["v"]
+        lines.append(f"{'':>6} measured costs: c = {c:.3f} (draft step / target step), "
+                     f"v = {v:.3f} (verify k+1 / target step)")
+    return "\n".join(lines)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from app.cli import TerminalProgress, load
+
+    categories = set(args.categories.split(",")) if args.categories else None
+    prompts = read_prompts(args.prompts, args.limit, categories)
+    settings = _draft_settings(args.draft_max)
+    progress = TerminalProgress()
+    pair = load(args, progress)
+    try:
+        if pair.engine.drafter is None:
+            raise BenchError(f"Nothing to compare: {pair.engine.note}")
+        report = run_bench(pair.engine, pair.target, prompts, settings, args.max_tokens, progress)
+        progress.done()
+    finally:
+        pair.close()
+    if args.json:
+        single = report[str(settings[0])] if len(settings) == 1 else {"by_draft_max": report}
+        print(json.dumps(single))
+    else:
+        print(format_table(report))
+    if args.chart:
+        from app.ui.bench_chart import save_chart
+
+        save_chart(report, args.chart)
+        print(f"chart written to {args.chart}", file=sys.stderr)
+    return 0

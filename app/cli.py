@@ -1,0 +1,326 @@
+"""Headless commands: generate, check-pair, chat (terminal), bench, self-test.
+
+Every expected failure is a ``TandemError`` and ends as one line on stderr with a
+non-zero exit code, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from app.errors import TandemError
+from app.engine.types import SamplingConfig, SpecConfig
+
+
+class UsageError(TandemError):
+    """Bad command-line input."""
+
+
+# -- argument parsing ---------------------------------------------------------------
+def _draft_max(value: str) -> int | str:
+    if value == "auto":
+        return value
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected a whole number or 'auto'") from None
+    if not 1 <= n <= 64:
+        raise argparse.ArgumentTypeError("must be between 1 and 64")
+    return n
+
+
+def add_model_arguments(parser: argparse.ArgumentParser, *, in_command: bool = True) -> None:
+    # Accepted before or after the command; a command's parser must not reset
+    # what was given before it, hence SUPPRESS there.
+    def default(value):
+        return argparse.SUPPRESS if in_command else value
+
+    group = parser.add_argument_group("models (default: the demo pair)")
+    group.add_argument("--target", type=Path, default=default(None),
+                       help="target GGUF (the model whose output you get)")
+    group.add_argument("--draft", type=Path, default=default(None),
+                       help="draft GGUF (a small model of the same family)")
+    group.add_argument("--drafter", choices=["model", "lookup"], default=default("model"),
+                       help="draft with a model or with prompt lookup (no model)")
+    group.add_argument("--n-ctx", type=int, default=default(4096), help="context size in tokens")
+    group.add_argument("--threads", type=int, default=default(0), help="CPU threads (0: automatic)")
+    group.add_argument("--gpu-layers", type=int, default=default(-1),
+                       help="layers to offload to the GPU (-1: all)")
+
+
+def add_sampling_arguments(parser: argparse.ArgumentParser, *, default_draft_max: str = "5") -> None:
+    group = parser.add_argument_group("decoding")
+    group.add_argument("--no-speculation", action="store_true", help="decode plainly with the target")
+    group.add_argument("--draft-max", type=_draft_max, default=_draft_max(default_draft_max),
+                       help="most tokens drafted per round, or 'auto' (default: %(default)s)")
+    group.add_argument("--draft-min", type=int, default=1, help="fewer proposals than this: plain step")
+    group.add_argument("--p-min", type=float, default=0.0, help="stop drafting below this draft probability")
+    group.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    group.add_argument("--top-k", type=int, default=0)
+    group.add_argument("--top-p", type=float, default=1.0)
+    group.add_argument("--min-p", type=float, default=0.0)
+    group.add_argument("--seed", type=int, default=None)
+    group.add_argument("--max-tokens", type=int, default=256)
+    group.add_argument("--ignore-eos", action="store_true", help="never stop at end-of-sequence")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tandem", description=(
+        "Chat with a local GGUF model, sped up losslessly by a draft model. "
+        "Without a command the chat window opens."))
+    parser.add_argument("--self-test", action="store_true",
+                        help="check that speculation works on this machine, then exit")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log llama.cpp's messages")
+    add_model_arguments(parser, in_command=False)
+    commands = parser.add_subparsers(dest="command")
+
+    gen = commands.add_parser("generate", help="generate text for one prompt or a file of prompts")
+    source = gen.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prompt", help="the prompt text")
+    source.add_argument("--prompts", type=Path, help='JSONL file of {"prompt": ..., "seed": ...} lines')
+    add_model_arguments(gen)
+    add_sampling_arguments(gen)
+    gen.add_argument("--raw", action="store_true", help="send the prompt as is, not as a chat message")
+    gen.add_argument("--system", default="", help="system prompt for chat mode")
+    gen.add_argument("--json", action="store_true", help="one JSON object per prompt")
+
+    check = commands.add_parser("check-pair", help="can DRAFT speculate for TARGET? (exit 0 yes, 1 no)")
+    check.add_argument("target_path", type=Path, metavar="TARGET")
+    check.add_argument("draft_path", type=Path, metavar="DRAFT")
+    check.add_argument("--json", action="store_true")
+
+    chat = commands.add_parser("chat", help="chat in the terminal")
+    add_model_arguments(chat)
+    add_sampling_arguments(chat, default_draft_max="auto")
+    chat.add_argument("--system", default="")
+
+    from app import bench  # the bench command defines its own options
+    bench.add_parser(commands, add_model_arguments)
+    return parser
+
+
+# -- shared helpers ---------------------------------------------------------------
+def sampling_from(args: argparse.Namespace, seed: int | None = None) -> SamplingConfig:
+    return SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                          min_p=args.min_p, seed=args.seed if seed is None else seed,
+                          ignore_eos=args.ignore_eos)
+
+
+def spec_from(args: argparse.Namespace) -> SpecConfig:
+    return SpecConfig(enabled=not args.no_speculation, draft_max=args.draft_max,
+                      draft_min=args.draft_min, p_min=args.p_min)
+
+
+class TerminalProgress:
+    """A one-line progress bar on stderr (only when stderr is a terminal, or always if forced)."""
+
+    def __init__(self, stream=sys.stderr) -> None:
+        self.stream = stream
+        self.live = stream.isatty()
+        self._last = ""
+
+    def __call__(self, stage: str, done: float, total: float = 1.0) -> None:
+        if total:
+            fraction = min(1.0, done / total)
+            bar = "#" * int(fraction * 30)
+            size = f" {done / 1e6:.1f}/{total / 1e6:.1f} MB" if total > 1 else ""
+            line = f"{stage:<36} [{bar:<30}] {fraction * 100:3.0f}%{size}"
+        else:
+            line = f"{stage} ..."
+        if self.live:
+            self.stream.write("\r" + line.ljust(len(self._last)))
+            self.stream.flush()
+        elif line.split("[")[0] != self._last.split("[")[0]:
+            self.stream.write(line + "\n")
+        self._last = line
+
+    def done(self) -> None:
+        if self.live and self._last:
+            self.stream.write("\n")
+            self._last = ""
+
+
+def resolve_models(args: argparse.Namespace, progress: TerminalProgress | None = None) -> tuple[Path, Path | None]:
+    """The target and draft paths; the demo pair (provisioned on first use) when none given."""
+    target, draft = args.target, args.draft
+    if target is None:
+        from app.models.demo import demo_pair
+
+        pair = demo_pair(progress)
+        if progress:
+            progress.done()
+        target = pair.target
+        draft = draft or pair.draft
+    return target, draft
+
+
+def load(args: argparse.Namespace, progress: TerminalProgress | None = None):
+    from app.backends.loader import load_pair
+
+    target, draft = resolve_models(args, progress)
+    pair = load_pair(target, draft, drafter=args.drafter, n_ctx=args.n_ctx, target_gpu_layers=args.gpu_layers,
+                     draft_gpu_layers=args.gpu_layers, n_threads=args.threads,
+                     progress=(lambda what, f: progress(f"Loading {what} model", f)) if progress else None)
+    if progress:
+        progress.done()
+    return pair
+
+
+def prompt_tokens(target, text: str, *, raw: bool, system: str = "") -> list[int]:
+    from app.engine.chat import build_messages, chat_tokens
+
+    if raw:
+        return target.tokenize(text, add_special=True, parse_special=True)
+    return chat_tokens(target, build_messages([("user", text)], system))
+
+
+# -- commands -------------------------------------------------------------------------
+@dataclass
+class PromptJob:
+    text: str
+    seed: int | None
+
+
+def _read_prompts(path: Path) -> list[PromptJob]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise UsageError(f"Cannot read {path}: {exc.strerror or exc}") from None
+    jobs = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            jobs.append(PromptJob(str(record["prompt"]), record.get("seed")))
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise UsageError(f'{path}:{number}: expected a JSON object with a "prompt" field') from None
+    if not jobs:
+        raise UsageError(f"{path} holds no prompts")
+    return jobs
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    jobs = _read_prompts(args.prompts) if args.prompts else [PromptJob(args.prompt, None)]
+    progress = TerminalProgress()
+    pair = load(args, progress)
+    try:
+        if args.drafter == "model" and pair.compatibility and not pair.compatibility.ok and not args.no_speculation:
+            print(f"tandem: {pair.compatibility.reason}; generating without speculation", file=sys.stderr)
+        spec = spec_from(args)
+        for job in jobs:
+            tokens = prompt_tokens(pair.target, job.text, raw=args.raw, system=args.system)
+            generation = pair.engine.generate(tokens, sampling_from(args, job.seed), spec, args.max_tokens)
+            if args.json:
+                events = generation.run()
+                print(json.dumps({
+                    "tokens": [{"id": e.id, "text": e.text, "kind": e.kind.value} for e in events],
+                    "text": "".join(e.text for e in events),
+                    "stats": generation.stats.to_dict(),
+                }, ensure_ascii=False), flush=True)
+            else:
+                for event in generation:
+                    sys.stdout.write(event.text)
+                    sys.stdout.flush()
+                sys.stdout.write("\n")
+                print(summary_line(generation.stats), file=sys.stderr)
+    finally:
+        pair.close()
+    return 0
+
+
+def summary_line(stats) -> str:
+    line = f"[{stats.tokens} tokens, {stats.tokens_per_second:.1f} tok/s"
+    if stats.speculative:
+        line += (f", acceptance {stats.acceptance:.2f}, {stats.tokens_per_round:.2f} tokens/round")
+    elif stats.note:
+        line += f", plain: {stats.note}"
+    return line + "]"
+
+
+def cmd_check_pair(args: argparse.Namespace) -> int:
+    from app.backends.loader import check_pair
+
+    result = check_pair(args.target_path, args.draft_path)
+    if args.json:
+        print(json.dumps({"compatible": result.ok, "rule": result.rule, "reason": result.reason}))
+    else:
+        print(result.reason if not result.ok else f"Compatible: {args.draft_path.name} can draft for {args.target_path.name}.")
+    return 0 if result.ok else 1
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    """A terminal chat: each reply streams with its speculation summary."""
+    progress = TerminalProgress()
+    pair = load(args, progress)
+    history: list[tuple[str, str]] = []
+    from app.engine.chat import build_messages, chat_tokens
+
+    print(f"Chatting with {pair.target.name}" + (f" (draft: {pair.draft.name})" if pair.draft else "")
+          + ". Empty line or Ctrl+D quits.", file=sys.stderr)
+    try:
+        while True:
+            try:
+                text = input("you> ").strip()
+            except EOFError:
+                break
+            if not text:
+                break
+            history.append(("user", text))
+            tokens = chat_tokens(pair.target, build_messages(history, args.system))
+            cancel = threading.Event()
+            generation = pair.engine.generate(tokens, sampling_from(args), spec_from(args), args.max_tokens, cancel)
+            reply = []
+            try:
+                for event in generation:
+                    reply.append(event.text)
+                    sys.stdout.write(event.text)
+                    sys.stdout.flush()
+            except KeyboardInterrupt:
+                cancel.set()
+            history.append(("assistant", "".join(reply)))
+            print("\n" + summary_line(generation.stats), file=sys.stderr)
+    finally:
+        pair.close()
+    return 0
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _configure_logging(args.verbose)
+    handlers = {"generate": cmd_generate, "check-pair": cmd_check_pair, "chat": cmd_chat}
+    try:
+        if args.self_test:
+            from app.selftest import run_self_test
+
+            return run_self_test(args)
+        if args.command == "bench":
+            from app import bench
+
+            return bench.cmd_bench(args)
+        if args.command in handlers:
+            return handlers[args.command](args)
+        from app.gui import launch
+
+        return launch(args)
+    except TandemError as exc:
+        print(f"tandem: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _configure_logging(verbose: bool) -> None:
+    import logging
+
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if not verbose:
+        logging.getLogger("tandem.llama").setLevel(logging.ERROR)

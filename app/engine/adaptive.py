@@ -1,0 +1,103 @@
+"""How many tokens to draft next round (``draft_max="auto"``).
+
+With per-position acceptance a_i (the chance that draft i is accepted once
+drafts 1..i-1 were), a round that drafts k tokens emits
+    E(k) = 1 + a_1 + a_1 a_2 + ... + a_1 ... a_k
+tokens and costs k * t_draft + t_verify(k + 1); plain decoding emits one token
+per t_verify(1). The policy measures those costs as it goes and drafts the k
+that maximises tokens per second, or nothing when no k beats plain decoding,
+then probes again now and then in case the text became predictable.
+"""
+
+from __future__ import annotations
+
+from app.engine.types import SpecConfig
+
+AUTO_MAX = 12          # longest draft auto will try
+PROBE_EVERY = 16       # plain rounds between probes once speculation stopped paying
+_DECAY = 0.95          # weight of history in the running estimates
+_PRIOR_ACCEPT = 0.8    # optimistic, so speculation is tried before it is judged
+
+
+class DraftLengthPolicy:
+    def __init__(self) -> None:
+        self.accept = [_PRIOR_ACCEPT] * AUTO_MAX   # a_i per position
+        self.draft_step: float | None = None       # seconds per drafted token
+        self.verify: dict[int, float] = {}         # batch size -> seconds
+        self._since_probe = 0
+
+    # -- choosing ---------------------------------------------------------
+    def draft_length(self, spec: SpecConfig, limit: int) -> int:
+        if spec.draft_max != "auto":
+            return max(0, min(int(spec.draft_max), limit))
+        k = self.best_length()
+        if k == 0:
+            self._since_probe += 1
+            if self._since_probe >= PROBE_EVERY:
+                self._since_probe = 0
+                k = 2
+        return max(0, min(k, limit))
+
+    def best_length(self) -> int:
+        """The k with the highest expected tokens per second; 0 when plain is faster."""
+        plain = self.verify_cost(1)
+        if self.draft_step is None or plain is None:
+            return 4  # no measurements yet
+        best_k, best_rate = 0, 1.0 / plain
+        expected, reach = 1.0, 1.0
+        for k in range(1, AUTO_MAX + 1):
+            reach *= self.accept[k - 1]
+            expected += reach
+            rate = expected / (k * self.draft_step + self.verify_cost(k + 1))
+            if rate > best_rate:
+                best_k, best_rate = k, rate
+        return best_k
+
+    def expected_speedup(self, k: int) -> float | None:
+        """DESIGN.md §2's ideal for the measured acceptance and costs."""
+        plain = self.verify_cost(1)
+        if self.draft_step is None or plain is None or k == 0:
+            return None
+        expected, reach = 1.0, 1.0
+        for i in range(k):
+            reach *= self.accept[min(i, AUTO_MAX - 1)]
+            expected += reach
+        return expected * plain / (k * self.draft_step + self.verify_cost(k + 1))
+
+    def verify_cost(self, batch: int) -> float | None:
+        """Seconds to verify ``batch`` tokens, interpolated linearly from what was measured."""
+        if batch in self.verify:
+            return self.verify[batch]
+        if not self.verify:
+            return None
+        sizes = sorted(self.verify)
+        if len(sizes) == 1:
+            # One measurement: assume a memory-bound model, where a batch costs
+            # little more than a single token.
+            only = sizes[0]
+            return self.verify[only] * (1 + 0.15 * (batch - only)) if batch > only else self.verify[only]
+        lo = max((s for s in sizes if s < batch), default=sizes[0])
+        hi = min((s for s in sizes if s > batch), default=sizes[-1])
+        if lo == hi:
+            lo, hi = sizes[-2], sizes[-1]
+        slope = (self.verify[hi] - self.verify[lo]) / (hi - lo)
+        return max(self.verify[lo] + slope * (batch - lo), 1e-6)
+
+    # -- learning -----------------------------------------------------------
+    def observe_draft(self, n_tokens: int, seconds: float) -> None:
+        if n_tokens:
+            per_token = seconds / n_tokens
+            self.draft_step = per_token if self.draft_step is None else _mix(self.draft_step, per_token)
+
+    def observe_verify(self, batch: int, seconds: float) -> None:
+        old = self.verify.get(batch)
+        self.verify[batch] = seconds if old is None else _mix(old, seconds)
+
+    def observe_round(self, drafted: int, accepted: int) -> None:
+        # Positions past the first rejection were never judged: leave them be.
+        for i in range(min(drafted, accepted + 1, AUTO_MAX)):
+            self.accept[i] = _mix(self.accept[i], 1.0 if i < accepted else 0.0)
+
+
+def _mix(old: float, new: float) -> float:
+    return _DECAY * old + (1 - _DECAY) * new

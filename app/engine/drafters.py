@@ -1,0 +1,178 @@
+"""Drafters propose the next few tokens; the target then checks them.
+
+``ModelDrafter`` runs a small GGUF model. ``LookupDrafter`` needs no model: it
+copies what followed the latest earlier occurrence of the last few tokens
+(prompt lookup), which pays off when answers quote their prompt (code edits,
+summaries, RAG).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from app.engine.backend import ModelBackend
+from app.engine.sampling import sample, warp
+from app.engine.types import SamplingConfig
+
+
+@dataclass
+class Draft:
+    tokens: list[int] = field(default_factory=list)
+    # Per drafted token: the distribution it was drawn from (temperature > 0 only;
+    # the rejection rule needs exactly that q) and the drafter's probability of it.
+    q: list[np.ndarray] = field(default_factory=list)
+    probs: list[float] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+class Drafter(Protocol):
+    name: str
+    seconds: float  # time spent inside model calls, for the stats
+
+    def prepare(self, context: Sequence[int]) -> None:
+        """Process a new prompt ahead of the first proposal."""
+
+    def propose(self, context: Sequence[int], n_max: int, sampling: SamplingConfig,
+                rng: np.random.Generator, p_min: float) -> Draft: ...
+
+    def close(self) -> None: ...
+
+
+class ModelDrafter:
+    """Drafts with a small model whose vocabulary matches the target's."""
+
+    name = "model"
+
+    def __init__(self, model: ModelBackend, target_vocab: int, eog_ids: Sequence[int] = ()) -> None:
+        self.model = model
+        self.seconds = 0.0
+        self._target_vocab = target_vocab
+        # With ignore_eos the target never emits these, so drafting them is wasted.
+        self._eog = np.array(sorted(eog_ids), dtype=np.int64)
+
+    def prepare(self, context: Sequence[int]) -> None:
+        pending = self._sync(context)
+        if len(pending) > 1:
+            started = time.perf_counter()
+            self.model.evaluate(pending[:-1], [])
+            self.seconds += time.perf_counter() - started
+
+    def propose(self, context: Sequence[int], n_max: int, sampling: SamplingConfig,
+                rng: np.random.Generator, p_min: float) -> Draft:
+        draft = Draft()
+        n_max = min(n_max, self.model.n_ctx - len(context))
+        if n_max <= 0:
+            return draft
+        pending = self._sync(context)
+        for _ in range(n_max):
+            started = time.perf_counter()
+            logits = self._fit_vocab(self.model.evaluate(pending, [len(pending) - 1])[0],
+                                     sampling.ignore_eos)
+            self.seconds += time.perf_counter() - started
+            token, prob, q = self._choose(logits, sampling, rng)
+            if prob < p_min:
+                break
+            draft.tokens.append(token)
+            draft.probs.append(prob)
+            if q is not None:
+                draft.q.append(q)
+            pending = [token]
+        return draft
+
+    def _sync(self, context: Sequence[int]) -> list[int]:
+        """Trim the cache to its common prefix with ``context``; return what it has not seen.
+
+        After a fully accepted round that is the last draft token and the target's
+        bonus token: feeding both keeps the draft in step (the drift bug, DESIGN.md §7).
+        """
+        reuse = min(common_prefix(self.model.tokens, context), len(context) - 1)
+        self.model.trim(reuse)
+        return list(context[reuse:])
+
+    def _choose(self, logits: np.ndarray, sampling: SamplingConfig,
+                rng: np.random.Generator) -> tuple[int, float, np.ndarray | None]:
+        if sampling.greedy:
+            token = int(np.argmax(logits))
+            # The top token's softmax probability, without materialising the softmax.
+            prob = float(1.0 / np.exp(logits - logits[token]).sum())
+            return token, prob, None
+        q = warp(logits, sampling)
+        token = sample(q, rng)
+        return token, float(q[token]), q
+
+    def _fit_vocab(self, logits: np.ndarray, ignore_eos: bool) -> np.ndarray:
+        """Draft logits over the target's vocabulary (sizes may differ by up to 128)."""
+        n = self._target_vocab
+        if logits.shape[0] != n:
+            fitted = np.full(n, -np.inf, dtype=logits.dtype)
+            m = min(n, logits.shape[0])
+            fitted[:m] = logits[:m]
+            logits = fitted
+        if ignore_eos and self._eog.size:
+            logits[self._eog] = -np.inf
+        return logits
+
+    def close(self) -> None:
+        self.model.close()
+
+
+class LookupDrafter:
+    """Prompt lookup: propose what followed the latest earlier match of the last n tokens."""
+
+    name = "lookup"
+
+    def __init__(self, target_vocab: int, ngram_max: int = 3, ngram_min: int = 1) -> None:
+        self.seconds = 0.0
+        self._vocab = target_vocab
+        self._ngram_max = ngram_max
+        self._ngram_min = ngram_min
+
+    def prepare(self, context: Sequence[int]) -> None:
+        pass
+
+    def propose(self, context: Sequence[int], n_max: int, sampling: SamplingConfig,
+                rng: np.random.Generator, p_min: float) -> Draft:
+        draft = Draft()
+        tokens = list(context)
+        for n in range(self._ngram_max, self._ngram_min - 1, -1):
+            if len(tokens) <= n:
+                continue
+            tail = tokens[-n:]
+            # Search backwards so the most recent occurrence wins.
+            for start in range(len(tokens) - n - 1, -1, -1):
+                if tokens[start:start + n] == tail:
+                    draft.tokens = tokens[start + n:start + n + n_max]
+                    break
+            if draft.tokens:
+                break
+        draft.probs = [1.0] * len(draft.tokens)
+        if not sampling.greedy:
+            # A deterministic proposal is a one-hot q: the rejection rule then
+            # keeps d with probability p(d) and resamples from p without d.
+            for token in draft.tokens:
+                q = np.zeros(self._vocab)
+                q[token] = 1.0
+                draft.q.append(q)
+        return draft
+
+    def close(self) -> None:
+        pass
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the shared prefix; compares in C-level slices since it runs every round."""
+    n = min(len(a), len(b))
+    if list(a[:n]) == list(b[:n]):
+        return n
+    lo, step = 0, 256
+    while lo < n and list(a[lo:lo + step]) == list(b[lo:lo + step]):
+        lo += step
+    while lo < n and a[lo] == b[lo]:
+        lo += 1
+    return lo

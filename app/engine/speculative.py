@@ -1,0 +1,179 @@
+"""The speculative loop: draft -> verify -> accept -> roll back (DESIGN.md §2).
+
+Invariants, checked below:
+- before a round the target's cache holds every committed token but the last;
+  the round evaluates ``[last, d1 .. dk]`` in one batch, with logits at those
+  k+1 positions only, and emits at least one token;
+- after it, the cache is trimmed to the committed tokens but the (new) last, so
+  rejected drafts leave no trace. The draft model re-syncs to the committed
+  tokens at the start of its next proposal (see ``ModelDrafter.propose``).
+
+Acceptance (``sampling.py``): greedy keeps d_i while it equals the target's
+argmax; sampled keeps d_i with probability min(1, p(d_i)/q(d_i)) and on the first
+rejection draws from norm(max(0, p - q)), so every emitted token is distributed
+exactly as the target alone would draw it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from app.engine.adaptive import DraftLengthPolicy
+from app.engine.backend import ModelBackend
+from app.engine.detokenize import StreamingDetokenizer, token_display_text
+from app.engine.drafters import Draft, Drafter, common_prefix
+from app.engine.errors import ContextOverflowError
+from app.engine.sampling import greedy_accept, rejection_accept, sample, warp
+from app.engine.types import SamplingConfig, SpecConfig, Stats, TokenEvent, TokenKind
+
+
+class Generation:
+    """An iterator of TokenEvents; ``stats`` is filled in as it runs."""
+
+    def __init__(self, events: Iterator[TokenEvent], stats: Stats) -> None:
+        self._events = events
+        self.stats = stats
+
+    def __iter__(self) -> Iterator[TokenEvent]:
+        return self._events
+
+    def run(self) -> list[TokenEvent]:
+        return list(self._events)
+
+
+class SpeculativeEngine:
+    """Generates with a target model, speculating with ``drafter`` when it has one."""
+
+    def __init__(self, target: ModelBackend, drafter: Drafter | None = None, note: str = "") -> None:
+        self.target = target
+        self.drafter = drafter
+        self.note = note  # why there is no drafter, when there is none
+        self.policy = DraftLengthPolicy()
+
+    def generate(self, prompt: Sequence[int], sampling: SamplingConfig = SamplingConfig(),
+                 spec: SpecConfig = SpecConfig(), max_tokens: int = 256,
+                 cancel: threading.Event | None = None) -> Generation:
+        if not prompt:
+            raise ContextOverflowError("The prompt is empty.")
+        if len(prompt) >= self.target.n_ctx:
+            raise ContextOverflowError(
+                f"The prompt is {len(prompt)} tokens but the context holds {self.target.n_ctx}; "
+                "shorten it or raise the context size.")
+        speculate = spec.enabled and self.drafter is not None
+        stats = Stats(prompt_tokens=len(prompt), speculative=speculate,
+                      note="" if speculate else (self.note or "speculation is off"))
+        events = self._run(list(prompt), sampling, spec if speculate else None, max_tokens,
+                           cancel or threading.Event(), stats)
+        return Generation(events, stats)
+
+    def _run(self, committed: list[int], sampling: SamplingConfig, spec: SpecConfig | None,
+             max_tokens: int, cancel: threading.Event, stats: Stats) -> Iterator[TokenEvent]:
+        target = self.target
+        rng = np.random.default_rng(sampling.seed)
+        masked = np.array(sorted(target.eog_ids), dtype=np.int64) if sampling.ignore_eos else None
+        detok = StreamingDetokenizer(target.token_bytes)
+
+        started = time.perf_counter()
+        self._prefill(committed, stats)
+        stats.prompt_seconds = time.perf_counter() - started
+        draft_seconds0 = self.drafter.seconds if self.drafter else 0.0
+        started = time.perf_counter()
+        emitted = 0
+        try:
+            while True:
+                room = min(max_tokens - emitted, target.n_ctx - len(committed))
+                if room <= 0:
+                    stats.stop_reason = "max_tokens" if emitted >= max_tokens else "context_full"
+                    return
+                if cancel.is_set():
+                    stats.stop_reason = "cancelled"
+                    return
+
+                # 1. Draft.
+                draft = Draft()
+                if spec is not None:
+                    k = self.policy.draft_length(spec, room - 1)
+                    if k >= spec.draft_min:
+                        t = time.perf_counter()
+                        draft = self.drafter.propose(committed, k, sampling, rng, spec.p_min)
+                        self.policy.observe_draft(len(draft), time.perf_counter() - t)
+                        if len(draft) < spec.draft_min:
+                            draft = Draft()
+
+                # 2. Verify: one target batch, logits at the k+1 positions only.
+                batch = [committed[-1], *draft.tokens]
+                t = time.perf_counter()
+                rows = target.evaluate(batch, range(len(batch)))
+                elapsed = time.perf_counter() - t
+                stats.target_seconds += elapsed
+                self.policy.observe_verify(len(batch), elapsed)
+                if masked is not None:
+                    rows[:, masked] = -np.inf
+
+                # 3. Accept.
+                n_accepted, token = self._accept(draft, rows, sampling, rng)
+                assert 0 <= n_accepted <= len(draft), "accepted more than was drafted"
+                new_tokens = [*draft.tokens[:n_accepted], token]
+
+                # 4. Roll back: keep what was committed, minus the new last token.
+                target.trim(len(committed) + n_accepted)
+                committed.extend(new_tokens)
+                assert len(target.tokens) == len(committed) - 1
+
+                stats.rounds += 1
+                stats.drafted += len(draft)
+                stats.accepted += n_accepted
+                for i in range(len(draft)):
+                    stats.count_position(i, i < n_accepted)
+                self.policy.observe_round(len(draft), n_accepted)
+
+                for event in self._events(draft, n_accepted, token, detok):
+                    if event.id in target.eog_ids and masked is None:
+                        stats.stop_reason = "eos"
+                        return
+                    emitted += 1
+                    stats.tokens = emitted
+                    stats.seconds = time.perf_counter() - started
+                    yield event
+        finally:
+            stats.seconds = time.perf_counter() - started
+            if self.drafter is not None:
+                stats.draft_seconds = self.drafter.seconds - draft_seconds0
+
+    def _prefill(self, committed: list[int], stats: Stats) -> None:
+        """Bring both caches to the prompt minus its last token, reusing any common prefix."""
+        reuse = min(common_prefix(self.target.tokens, committed), len(committed) - 1)
+        self.target.trim(reuse)
+        rest = committed[reuse:-1]
+        if rest:
+            self.target.evaluate(rest, [])
+        stats.prompt_eval_tokens = len(rest) + 1
+        if self.drafter is not None:
+            self.drafter.prepare(committed)
+
+    def _accept(self, draft: Draft, rows: np.ndarray, sampling: SamplingConfig,
+                rng: np.random.Generator) -> tuple[int, int]:
+        if sampling.greedy:
+            return greedy_accept(draft.tokens, rows.argmax(axis=1).tolist())
+        p = np.stack([warp(row, sampling) for row in rows])
+        if not draft.tokens:
+            return 0, sample(p[0], rng)
+        return rejection_accept(draft.tokens, np.stack(draft.q), p, rng)
+
+    def _events(self, draft: Draft, n_accepted: int, token: int,
+                detok: StreamingDetokenizer) -> Iterator[TokenEvent]:
+        for d in draft.tokens[:n_accepted]:
+            yield TokenEvent(d, detok.push(d), TokenKind.ACCEPTED)
+        if not draft.tokens:
+            yield TokenEvent(token, detok.push(token), TokenKind.PLAIN)
+        elif n_accepted == len(draft):
+            yield TokenEvent(token, detok.push(token), TokenKind.BONUS)
+        else:
+            rejected = draft.tokens[n_accepted]
+            yield TokenEvent(token, detok.push(token), TokenKind.CORRECTED, draft_id=rejected,
+                             draft_text=token_display_text(self.target.token_bytes(rejected)),
+                             draft_prob=draft.probs[n_accepted])

@@ -1,0 +1,1 @@
+"""Model files: provisioning of the demo pair."""

