@@ -126,6 +126,12 @@ class TerminalProgress:
         self._last = ""
 
     def __call__(self, stage: str, done: float, total: float = 1.0) -> None:
+        if not self.live:
+            # Logs and pipes get one line per stage, not a redrawn bar.
+            if stage != self._last:
+                self.stream.write(f"{stage} ...\n")
+                self._last = stage
+            return
         if total:
             fraction = min(1.0, done / total)
             bar = "#" * int(fraction * 30)
@@ -133,17 +139,14 @@ class TerminalProgress:
             line = f"{stage:<36} [{bar:<30}] {fraction * 100:3.0f}%{size}"
         else:
             line = f"{stage} ..."
-        if self.live:
-            self.stream.write("\r" + line.ljust(len(self._last)))
-            self.stream.flush()
-        elif line.split("[")[0] != self._last.split("[")[0]:
-            self.stream.write(line + "\n")
+        self.stream.write("\r" + line.ljust(len(self._last)))
+        self.stream.flush()
         self._last = line
 
     def done(self) -> None:
         if self.live and self._last:
             self.stream.write("\n")
-            self._last = ""
+        self._last = ""
 
 
 def resolve_models(args: argparse.Namespace, progress: TerminalProgress | None = None) -> tuple[Path, Path | None]:
