@@ -1,0 +1,74 @@
+"""The bench report as a chart: speed-up (bars) and acceptance (line) per category.
+
+Rendered with QtCharts on an offscreen surface, so it works headless.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from PySide6.QtCharts import (QBarCategoryAxis, QBarSeries, QBarSet, QChart, QChartView,
+                              QLineSeries, QValueAxis)
+from PySide6.QtCore import QPointF, Qt
+from PySide6.QtGui import QColor, QPainter
+from PySide6.QtWidgets import QApplication
+
+
+def build_chart(report: dict) -> QChart:
+    """A chart of the first draft setting in ``report`` ({setting: {"by_category", "overall"}})."""
+    setting, result = next(iter(report.items()))
+    rows = list(result["by_category"].items()) + [("overall", result["overall"])]
+    categories = [name for name, _ in rows]
+
+    speedups = QBarSet("speed-up (×)")
+    speedups.setColor(QColor("#2f7d32"))
+    speedups.append([r["speedup"] for _, r in rows])
+    ideal = QBarSet("ideal (×)")
+    ideal.setColor(QColor("#9e9e9e"))
+    ideal.append([r["ideal_speedup"] for _, r in rows])
+    bars = QBarSeries()
+    bars.append(speedups)
+    bars.append(ideal)
+
+    acceptance = QLineSeries()
+    acceptance.setName("acceptance")
+    acceptance.setColor(QColor("#1565c0"))
+    for i, (_, r) in enumerate(rows):
+        acceptance.append(QPointF(i, r["acceptance"]))
+
+    chart = QChart()
+    chart.setTitle(f"Speculative vs plain decoding (draft_max={setting}, greedy)")
+    chart.addSeries(bars)
+    chart.addSeries(acceptance)
+    x = QBarCategoryAxis()
+    x.append(categories)
+    x.setLabelsAngle(-45)
+    chart.addAxis(x, Qt.AlignBottom)
+    y = QValueAxis()
+    y.setRange(0, max(2.0, max(r["ideal_speedup"] for _, r in rows) * 1.1))
+    y.setTitleText("speed-up (×)")
+    chart.addAxis(y, Qt.AlignLeft)
+    y2 = QValueAxis()
+    y2.setRange(0, 1.0)
+    y2.setTitleText("acceptance")
+    chart.addAxis(y2, Qt.AlignRight)
+    bars.attachAxis(x)
+    bars.attachAxis(y)
+    acceptance.attachAxis(x)
+    acceptance.attachAxis(y2)
+    chart.legend().setAlignment(Qt.AlignBottom)
+    return chart
+
+
+def save_chart(report: dict, path: Path, size: tuple[int, int] = (1100, 600)) -> None:
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    app = QApplication.instance() or QApplication([])
+    view = QChartView(build_chart(report))
+    view.setRenderHint(QPainter.Antialiasing)
+    view.resize(*size)
+    if not view.grab().save(str(path)):
+        from app.errors import TandemError
+
+        raise TandemError(f"Could not write the chart to {path}")
+    del app
