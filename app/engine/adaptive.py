@@ -11,12 +11,17 @@ then probes again now and then in case the text became predictable.
 
 from __future__ import annotations
 
+import numpy as np
+
 from app.engine.types import SpecConfig
 
 AUTO_MAX = 12          # longest draft auto will try
 PROBE_EVERY = 16       # plain rounds between probes once speculation stopped paying
+EXPLORE_EVERY = 8      # every so often draft one token more or less, to measure other batch sizes
+AUTO_P_MIN = 0.1       # with auto, a draft token this unlikely is not worth verifying
 _DECAY = 0.95          # weight of history in the running estimates
 _PRIOR_ACCEPT = 0.8    # optimistic, so speculation is tried before it is judged
+_BATCH_SLOPE = 0.15    # assumed extra cost per verified token before two sizes are measured
 
 
 class DraftLengthPolicy:
@@ -25,25 +30,31 @@ class DraftLengthPolicy:
         self.draft_step: float | None = None       # seconds per drafted token
         self.verify: dict[int, float] = {}         # batch size -> seconds
         self._since_probe = 0
+        self._rounds = 0
 
     # -- choosing ---------------------------------------------------------
     def draft_length(self, spec: SpecConfig, limit: int) -> int:
         if spec.draft_max != "auto":
             return max(0, min(int(spec.draft_max), limit))
+        self._rounds += 1
         k = self.best_length()
         if k == 0:
             self._since_probe += 1
             if self._since_probe >= PROBE_EVERY:
                 self._since_probe = 0
                 k = 2
+        elif self._rounds % EXPLORE_EVERY == 0:
+            k += 1 if (self._rounds // EXPLORE_EVERY) % 2 else -1
         return max(0, min(k, limit))
+
+    def p_min(self, spec: SpecConfig) -> float:
+        return max(spec.p_min, AUTO_P_MIN) if spec.draft_max == "auto" else spec.p_min
 
     def best_length(self) -> int:
         """The k with the highest expected tokens per second; 0 when plain is faster."""
-        plain = self.verify_cost(1)
-        if self.draft_step is None or plain is None:
-            return 4  # no measurements yet
-        best_k, best_rate = 0, 1.0 / plain
+        if self.draft_step is None or not self.verify:
+            return 4  # nothing measured yet
+        best_k, best_rate = 0, 1.0 / self.verify_cost(1)
         expected, reach = 1.0, 1.0
         for k in range(1, AUTO_MAX + 1):
             reach *= self.accept[k - 1]
@@ -53,35 +64,19 @@ class DraftLengthPolicy:
                 best_k, best_rate = k, rate
         return best_k
 
-    def expected_speedup(self, k: int) -> float | None:
-        """DESIGN.md §2's ideal for the measured acceptance and costs."""
-        plain = self.verify_cost(1)
-        if self.draft_step is None or plain is None or k == 0:
-            return None
-        expected, reach = 1.0, 1.0
-        for i in range(k):
-            reach *= self.accept[min(i, AUTO_MAX - 1)]
-            expected += reach
-        return expected * plain / (k * self.draft_step + self.verify_cost(k + 1))
-
-    def verify_cost(self, batch: int) -> float | None:
-        """Seconds to verify ``batch`` tokens, interpolated linearly from what was measured."""
+    def verify_cost(self, batch: int) -> float:
+        """Seconds to verify ``batch`` tokens: measured, or from a line through what was."""
         if batch in self.verify:
             return self.verify[batch]
-        if not self.verify:
-            return None
-        sizes = sorted(self.verify)
+        sizes = np.array(sorted(self.verify), dtype=float)
+        times = np.array([self.verify[int(s)] for s in sizes])
         if len(sizes) == 1:
-            # One measurement: assume a memory-bound model, where a batch costs
-            # little more than a single token.
-            only = sizes[0]
-            return self.verify[only] * (1 + 0.15 * (batch - only)) if batch > only else self.verify[only]
-        lo = max((s for s in sizes if s < batch), default=sizes[0])
-        hi = min((s for s in sizes if s > batch), default=sizes[-1])
-        if lo == hi:
-            lo, hi = sizes[-2], sizes[-1]
-        slope = (self.verify[hi] - self.verify[lo]) / (hi - lo)
-        return max(self.verify[lo] + slope * (batch - lo), 1e-6)
+            # One size seen: assume a memory-bound model, where a batch costs little
+            # more than a single token.
+            base = times[0] / (1 + _BATCH_SLOPE * (sizes[0] - 1))
+            return base * (1 + _BATCH_SLOPE * (batch - 1))
+        slope, intercept = np.polyfit(sizes, times, 1)
+        return max(intercept + max(slope, 0.0) * batch, 1e-6)
 
     # -- learning -----------------------------------------------------------
     def observe_draft(self, n_tokens: int, seconds: float) -> None:

@@ -99,7 +99,7 @@ class SpeculativeEngine:
                     k = self.policy.draft_length(spec, room - 1)
                     if k >= spec.draft_min:
                         t = time.perf_counter()
-                        draft = self.drafter.propose(committed, k, sampling, rng, spec.p_min)
+                        draft = self.drafter.propose(committed, k, sampling, rng, self.policy.p_min(spec))
                         self.policy.observe_draft(len(draft), time.perf_counter() - t)
                         if len(draft) < spec.draft_min:
                             draft = Draft()

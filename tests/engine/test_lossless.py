@@ -42,7 +42,7 @@ def strict_plain(q41_target):
     return {p: _plain(q41_target, chat_tokens(q41_target, build_messages([("user", p)]))) for p in PROMPTS}
 
 
-@pytest.mark.parametrize("draft_max", [1, 4, 8])
+@pytest.mark.parametrize("draft_max", [1, 4, 8, "auto"])
 def test_strict_pair_is_exactly_lossless(q41_target, q40_draft, strict_plain, draft_max):
     """Q4_1 target, Q4_0 draft: batch-invariant logits, so ids must match exactly."""
     drafter = ModelDrafter(q40_draft, q41_target.n_vocab, eog_ids=q41_target.eog_ids)
