@@ -1,13 +1,61 @@
-"""Start the chat window (falls back to the terminal chat when Qt cannot start)."""
+"""Open the chat window: QApplication, app icon and style, settings, qasync's event loop.
+
+Without any display to open it on (a Linux SSH session), the terminal chat starts instead.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+from pathlib import Path
+
+# Command-line model options (app.cli) and the defaults they have when not given.
+_OVERRIDES = (("target", "target_path", None), ("draft", "draft_path", None), ("drafter", "drafter", "model"),
+              ("n_ctx", "n_ctx", 4096), ("threads", "n_threads", 0), ("gpu_layers", "target_gpu_layers", -1),
+              ("gpu_layers", "draft_gpu_layers", -1))
+
+
+def settings_overrides(args: argparse.Namespace) -> dict:
+    """Settings given on the command line; they apply to this session and are saved only if edited."""
+    overrides = {}
+    for arg, setting, default in _OVERRIDES:
+        value = getattr(args, arg, default)
+        if value is not None and value != default:
+            overrides[setting] = str(Path(value).expanduser().resolve()) if isinstance(value, Path) else value
+    return overrides
+
+
+def has_display() -> bool:
+    if not sys.platform.startswith("linux"):
+        return True
+    return any(os.environ.get(name) for name in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"))
 
 
 def launch(args: argparse.Namespace) -> int:
+    if not has_display():
+        return _terminal_chat(args)
+    from PySide6.QtWidgets import QApplication
+
+    from app.bridge.async_glue import run_app
+    from app.storage.settings import load_settings
+    from app.ui.main_window import APP_NAME, MainWindow
+    from app.ui.resources import icon, style_sheet
+
+    QApplication.setApplicationName(APP_NAME)
+    QApplication.setDesktopFileName("tandem")  # matches installers/linux's tandem.desktop
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setWindowIcon(icon())
+    app.setStyleSheet(style_sheet())
+    window = MainWindow(load_settings(), overrides=settings_overrides(args))
+    window.show()
+    return run_app(app)
+
+
+def _terminal_chat(args: argparse.Namespace) -> int:
     from app.cli import cmd_chat
 
+    print("tandem: no display found; starting the terminal chat instead", file=sys.stderr)
     for name, value in (("temperature", 0.8), ("top_k", 40), ("top_p", 0.95), ("min_p", 0.05),
                         ("seed", None), ("max_tokens", 512), ("ignore_eos", False),
                         ("no_speculation", False), ("draft_max", "auto"), ("draft_min", 1),

@@ -1,0 +1,80 @@
+"""All asyncio <-> Qt glue lives here (qasync).
+
+The app runs one event loop: Qt's, with qasync's ``QEventLoop`` as asyncio's loop,
+so a coroutine can await a thread-pool job without blocking the window. Async
+slots stay a few lines and call plain, tested functions; background tasks are
+kept referenced so the garbage collector cannot cancel them half-way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Callable, Coroutine
+
+import qasync
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QApplication
+
+from app.bridge.worker import one_line
+
+log = logging.getLogger(__name__)
+
+_tasks: set[asyncio.Task] = set()
+
+
+def run_app(app: QApplication) -> int:
+    """Run ``app`` under qasync until its last window closes; returns the exit code."""
+
+    async def until_last_window_closed() -> int:
+        closed = asyncio.get_running_loop().create_future()
+        app.lastWindowClosed.connect(lambda: closed.done() or closed.set_result(0))
+        return await closed
+
+    try:
+        return qasync.run(until_last_window_closed())
+    except asyncio.CancelledError:
+        return 0
+
+
+def in_background(coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
+    """Start ``coro`` on the running loop and keep it alive until it ends."""
+    task = asyncio.ensure_future(coro)
+    _tasks.add(task)
+    task.add_done_callback(_tasks.discard)
+    return task
+
+
+async def off_thread(function: Callable[..., Any], *args: Any) -> Any:
+    """Run a blocking function in the loop's thread pool."""
+    return await asyncio.get_event_loop().run_in_executor(None, function, *args)
+
+
+def check_pair_blocking(target: str, draft: str) -> tuple[bool, str | None, str]:
+    """(ok, failed rule, reason) from the two files' metadata; reads headers, never weights."""
+    from app.backends.loader import check_pair
+    from app.errors import TandemError
+
+    try:
+        result = check_pair(target, draft)
+    except TandemError as exc:
+        return False, "file", str(exc)
+    return result.ok, result.rule, result.reason
+
+
+class PairChecker(QObject):
+    """Answers "can this draft speculate for that target?" without blocking the window.
+
+    ``checked(target, draft, ok, rule, reason)`` arrives on the UI thread; a
+    question asked again before the answer came simply gets answered twice.
+    """
+
+    checked = Signal(str, str, bool, object, str)
+
+    @qasync.asyncSlot(str, str)
+    async def check(self, target: str, draft: str) -> None:
+        try:
+            ok, rule, reason = await off_thread(check_pair_blocking, target, draft)
+        except Exception as exc:  # noqa: BLE001 — a check must never take the window down
+            ok, rule, reason = False, "file", one_line(exc)
+        self.checked.emit(target, draft, ok, rule, reason)

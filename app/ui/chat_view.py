@@ -1,0 +1,173 @@
+"""The conversation: a scrolling column of messages that follows a streaming reply.
+
+Display only. The window adds messages and feeds token batches; the view keeps
+each reply's tokens and stats with it, so colours can be redrawn (theme change,
+colours off) and the conversation read back as ``(role, text)`` pairs.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QSizePolicy, QVBoxLayout, QWidget
+
+from app.engine.types import Stats, TokenEvent
+from app.ui.message_view import (
+    ASSISTANT,
+    COMPLETE,
+    FAILED,
+    STREAMING,
+    USER,
+    ChatMessage,
+    ReplyAction,
+)
+from app.ui.token_style import TokenStyle, is_dark
+
+EMPTY_TEXT = ("Ask anything. The reply is written by the target model; "
+              "colours show which tokens the draft model guessed right.")
+_BOTTOM_SLACK = 24  # px from the bottom that still counts as "following the reply"
+
+VIEW_STYLE = """
+#chatColumn { background: palette(base); }
+QFrame#userMessage { background: palette(alternate-base); border: 1px solid palette(midlight); border-radius: 10px; }
+QFrame#assistantMessage { background: palette(base); border: 1px solid palette(midlight); border-radius: 10px; }
+QLabel#messageRole { font-weight: 600; }
+QFrame#userMessage QTextEdit, QFrame#assistantMessage QTextEdit { border: none; background: transparent; padding: 0; }
+QLabel#messageState, QLabel#messageStats { color: palette(placeholder-text); }
+QLabel#messageStats[error="true"] { color: #c62828; }
+QLabel#emptyChat { color: palette(placeholder-text); font-size: 11pt; }
+"""
+
+
+class ChatView(QScrollArea):
+    style_changed = Signal(object)  # TokenStyle: colours switched or the theme changed
+
+    def __init__(self, parent: QWidget | None = None, *, show_colours: bool = True) -> None:
+        super().__init__(parent)
+        self.setObjectName("chatView")
+        self.setWidgetResizable(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self._column = QWidget()
+        self._column.setObjectName("chatColumn")
+        self._column.setStyleSheet(VIEW_STYLE)
+        self._layout = QVBoxLayout(self._column)
+        self._layout.setContentsMargins(16, 16, 16, 16)
+        self._layout.setSpacing(12)
+        self.empty_label = QLabel(EMPTY_TEXT, self._column)
+        self.empty_label.setObjectName("emptyChat")
+        self.empty_label.setWordWrap(True)
+        self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty_label.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Expanding)
+        self._layout.addWidget(self.empty_label)
+        self._layout.addStretch(1)
+        self.setWidget(self._column)
+
+        self._messages: list[ChatMessage] = []
+        self._reply_actions: list[ReplyAction] = []
+        self._show_colours = show_colours
+        self.token_style = TokenStyle(is_dark(self.palette()), show_colours)
+        self._follow = True
+        bar = self.verticalScrollBar()
+        bar.valueChanged.connect(self._note_scroll)
+        bar.rangeChanged.connect(self._keep_following)
+
+    # --- messages -----------------------------------------------------------------------------
+
+    def messages(self) -> list[ChatMessage]:
+        return list(self._messages)
+
+    def add_user_message(self, text: str) -> ChatMessage:
+        message = self._add(ChatMessage(USER, self.token_style))
+        message.set_plain_text(text)
+        return message
+
+    def add_reply(self, events: Iterable[TokenEvent] = (), stats: Stats | None = None,
+                  status: str = STREAMING) -> ChatMessage:
+        """A reply: streaming by default; with ``events`` and a final status, one restored whole."""
+        message = self._add(ChatMessage(ASSISTANT, self.token_style, self._reply_actions))
+        events = list(events)
+        if events:
+            message.append_events(events)
+        if status != STREAMING:
+            message.finish(stats, status)
+        return message
+
+    def append_tokens(self, message: ChatMessage, events: list[TokenEvent]) -> None:
+        message.append_events(events)
+
+    def remove_message(self, message: ChatMessage) -> None:
+        self._messages.remove(message)
+        self._layout.removeWidget(message)
+        message.deleteLater()
+        self.empty_label.setVisible(not self._messages)
+
+    def clear(self) -> None:
+        for message in list(self._messages):
+            self.remove_message(message)
+        self._follow = True
+
+    def last_reply(self) -> ChatMessage | None:
+        return next((m for m in reversed(self._messages) if m.role == ASSISTANT), None)
+
+    def history(self, upto: ChatMessage | None = None) -> list[tuple[str, str]]:
+        """The conversation as the model sees it: (role, text), failed replies left out.
+
+        With ``upto``, only the messages before it.
+        """
+        turns = []
+        for message in self._messages:
+            if message is upto:
+                break
+            if message.role == ASSISTANT and (message.status in (FAILED, STREAMING) or not message.text()):
+                continue
+            turns.append((message.role, message.text()))
+        return turns
+
+    def add_reply_action(self, label: str, tooltip: str, handler: Callable[[ChatMessage], None]) -> None:
+        """A button on every reply, present and future (Regenerate, Compare, ...)."""
+        self._reply_actions.append((label, tooltip, handler))
+        for message in self._messages:
+            if message.role == ASSISTANT:
+                message.add_action(label, tooltip, handler)
+
+    # --- colours ------------------------------------------------------------------------------
+
+    @property
+    def show_colours(self) -> bool:
+        return self._show_colours
+
+    def set_show_colours(self, show: bool) -> None:
+        if show != self._show_colours:
+            self._show_colours = show
+            self._restyle()
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange and is_dark(self.palette()) != self.token_style.dark:
+            self._restyle()
+
+    def _restyle(self) -> None:
+        self.token_style = TokenStyle(is_dark(self.palette()), self._show_colours)
+        for message in self._messages:
+            if message.role == ASSISTANT:
+                message.restyle(self.token_style)
+        self.style_changed.emit(self.token_style)
+
+    # --- internals ----------------------------------------------------------------------------
+
+    def _add(self, message: ChatMessage) -> ChatMessage:
+        self._messages.append(message)
+        self._layout.insertWidget(self._layout.count() - 1, message)  # above the stretch
+        self.empty_label.setVisible(False)
+        self._follow = True
+        return message
+
+    def _note_scroll(self, value: int) -> None:
+        bar = self.verticalScrollBar()
+        self._follow = value >= bar.maximum() - _BOTTOM_SLACK
+
+    def _keep_following(self, _minimum: int, maximum: int) -> None:
+        if self._follow:
+            self.verticalScrollBar().setValue(maximum)

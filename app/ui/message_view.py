@@ -1,0 +1,240 @@
+"""One chat message: a header with actions, the coloured text, and its own stats.
+
+Model text goes in through ``QTextCursor.insertText`` with a character format,
+never through HTML, so ``<b>`` or ``<img src=…>`` in a reply stay literal text.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterable
+
+from PySide6.QtCore import QEvent, QPointF, Qt, QTimer, Signal
+from PySide6.QtGui import QGuiApplication, QTextCursor, QTextOption
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QSizePolicy,
+    QTextEdit,
+    QToolButton,
+    QToolTip,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.engine.types import Stats, TokenEvent, TokenKind
+from app.ui.stats_format import message_summary
+from app.ui.token_style import TokenStyle, corrected_tooltip
+
+USER, ASSISTANT = "user", "assistant"
+# streaming: tokens still arriving; complete/stopped: done (kept in the conversation);
+# failed: an error ended it before any useful text (left out of the conversation).
+STREAMING, COMPLETE, STOPPED, FAILED = "streaming", "complete", "stopped", "failed"
+
+ReplyAction = tuple[str, str, Callable[["ChatMessage"], None]]  # label, tooltip, handler
+
+
+class MessageText(QTextEdit):
+    """Read-only text that grows to fit its content (the chat view scrolls, not each message)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setReadOnly(True)
+        self.setAcceptRichText(False)
+        self.setUndoRedoEnabled(False)  # an undo stack per token would only cost memory
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse
+                                     | Qt.TextInteractionFlag.TextSelectableByKeyboard)
+        self.viewport().setAutoFillBackground(False)
+        self.document().setDocumentMargin(2)
+        self.document().documentLayout().documentSizeChanged.connect(self._fit_height)
+        self._fit_height()
+
+    def _fit_height(self, *_: object) -> None:
+        height = math.ceil(self.document().size().height()) + 2 * self.frameWidth()
+        if height != self.height():
+            self.setFixedHeight(height)
+
+    def wheelEvent(self, event) -> None:  # noqa: N802 — let the chat view scroll
+        event.ignore()
+
+    def viewportEvent(self, event: QEvent) -> bool:  # noqa: N802
+        if event.type() == QEvent.Type.ToolTip:
+            tip = self.tooltip_at(event.pos())
+            if tip:
+                QToolTip.showText(event.globalPos(), tip, self.viewport())
+            else:
+                QToolTip.hideText()
+                event.ignore()
+            return True
+        return super().viewportEvent(event)
+
+    def tooltip_at(self, pos) -> str | None:
+        """The corrected-token tooltip for the character under viewport point ``pos``."""
+        point = QPointF(pos.x() + self.horizontalScrollBar().value(), pos.y() + self.verticalScrollBar().value())
+        position = self.document().documentLayout().hitTest(point, Qt.HitTestAccuracy.ExactHit)
+        if position < 0:
+            return None
+        cursor = QTextCursor(self.document())
+        for start in (position, position - 1):  # the character after the hit, then the one before
+            if start < 0 or start >= self.document().characterCount() - 1:
+                continue
+            cursor.setPosition(start)
+            cursor.movePosition(QTextCursor.MoveOperation.NextCharacter, QTextCursor.MoveMode.KeepAnchor)
+            tip = corrected_tooltip(cursor.charFormat())
+            if tip:
+                return tip
+        return None
+
+
+class ChatMessage(QFrame):
+    """A user message or an assistant reply. A reply keeps its tokens and its stats."""
+
+    copied = Signal()
+
+    def __init__(self, role: str, style: TokenStyle, actions: Iterable[ReplyAction] = (),
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.role = role
+        self.setObjectName("userMessage" if role == USER else "assistantMessage")
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.events: list[TokenEvent] = []
+        self.stats: Stats | None = None
+        self.status = COMPLETE if role == USER else STREAMING
+        self.error = ""
+        self.request_id: int | None = None  # the engine request producing it, while it streams
+        self._style = style
+        self._plain_text: list[str] = []
+
+        self.role_label = QLabel("You" if role == USER else "Assistant", self)
+        self.role_label.setObjectName("messageRole")
+        self.state_label = QLabel(self)
+        self.state_label.setObjectName("messageState")
+        self.state_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.copy_button = self._tool_button("Copy", "Copy this message's text", self.copy_to_clipboard)
+        header = QHBoxLayout()
+        header.setContentsMargins(0, 0, 0, 0)
+        header.setSpacing(4)
+        header.addWidget(self.role_label)
+        header.addWidget(self.state_label)
+        header.addStretch(1)
+        self._header = header
+        self.action_buttons: dict[str, QToolButton] = {}
+        if role == ASSISTANT:
+            for label, tooltip, handler in actions:
+                self.add_action(label, tooltip, handler)
+        header.addWidget(self.copy_button)
+
+        self.text_view = MessageText(self)
+        self.stats_label = QLabel(self)
+        self.stats_label.setObjectName("messageStats")
+        self.stats_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.stats_label.setWordWrap(True)
+        self.stats_label.setVisible(False)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(12, 8, 12, 8)
+        layout.setSpacing(4)
+        layout.addLayout(header)
+        layout.addWidget(self.text_view)
+        layout.addWidget(self.stats_label)
+        self._show_state()
+
+    # --- content ------------------------------------------------------------------------------
+
+    def text(self) -> str:
+        return "".join(self._plain_text)
+
+    def set_plain_text(self, text: str) -> None:
+        """A user message (or a reply restored without token kinds)."""
+        self.append_events([TokenEvent(-1, text, TokenKind.PLAIN)])
+
+    def append_events(self, events: list[TokenEvent]) -> None:
+        self.events.extend(events)
+        self._plain_text.extend(e.text for e in events)
+        self._insert(events)
+
+    def finish(self, stats: Stats | None, status: str = COMPLETE) -> None:
+        self.stats = stats
+        self.status = status
+        self.request_id = None
+        self._show_state()
+
+    def fail(self, message: str) -> None:
+        self.error = message
+        self.status = FAILED if not self.text() else STOPPED
+        self.request_id = None
+        self._show_state()
+
+    def restyle(self, style: TokenStyle) -> None:
+        """Re-render with other colours (theme change, colours on/off); the text stays."""
+        self._style = style
+        self.text_view.clear()
+        self._insert(self.events)
+
+    def add_action(self, label: str, tooltip: str, handler: Callable[[ChatMessage], None]) -> QToolButton:
+        button = self._tool_button(label, tooltip, lambda: handler(self))
+        copy_at = self._header.indexOf(self.copy_button)
+        self._header.insertWidget(copy_at if copy_at >= 0 else self._header.count(), button)
+        self.action_buttons[label] = button
+        return button
+
+    def copy_to_clipboard(self) -> None:
+        QGuiApplication.clipboard().setText(self.text())
+        self.copy_button.setText("Copied")
+        QTimer.singleShot(1500, lambda: self.copy_button.setText("Copy"))
+        self.copied.emit()
+
+    # --- internals ----------------------------------------------------------------------------
+
+    def _insert(self, events: list[TokenEvent]) -> None:
+        cursor = QTextCursor(self.text_view.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        cursor.beginEditBlock()  # one layout pass per batch, not per token
+        run: list[str] = []
+        run_kind: TokenKind | None = None
+        style = self._style
+        for event in events:
+            if not event.text:
+                continue  # part of a character; its completing token carries it
+            if event.kind is TokenKind.CORRECTED:
+                if run:
+                    cursor.insertText("".join(run), style.kind_format(run_kind))
+                    run, run_kind = [], None
+                cursor.insertText(event.text, style.format_for(event))
+            elif event.kind is run_kind:
+                run.append(event.text)
+            else:
+                if run:
+                    cursor.insertText("".join(run), style.kind_format(run_kind))
+                run, run_kind = [event.text], event.kind
+        if run:
+            cursor.insertText("".join(run), style.kind_format(run_kind))
+        cursor.endEditBlock()
+
+    def _show_state(self) -> None:
+        state = {STREAMING: "writing…", STOPPED: "stopped", FAILED: "failed"}.get(self.status, "")
+        self.state_label.setText(state)
+        self.state_label.setVisible(bool(state))
+        parts = []
+        if self.stats is not None and self.role == ASSISTANT:
+            parts.append(message_summary(self.stats))
+        if self.error:
+            parts.append(self.error)
+        self.stats_label.setText("\n".join(parts))
+        self.stats_label.setVisible(bool(parts))
+        self.stats_label.setProperty("error", bool(self.error))
+
+    def _tool_button(self, label: str, tooltip: str, slot: Callable[[], None]) -> QToolButton:
+        button = QToolButton(self)
+        button.setText(label)
+        button.setToolTip(tooltip)
+        button.setAutoRaise(True)
+        button.setCursor(Qt.CursorShape.PointingHandCursor)
+        button.clicked.connect(slot)
+        return button

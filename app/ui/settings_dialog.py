@@ -1,0 +1,301 @@
+"""The settings dialog: one editor per ``Settings`` field, tooltips from its declaration.
+
+Display and emit only: the dialog returns a new ``Settings`` (validated by the
+dataclass itself) and asks, by signal, whether a draft fits a target; the window
+answers through ``show_compatibility``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.errors import TandemError
+from app.storage.settings import Settings, options
+
+LABELS = {
+    "target_path": "Target model", "draft_path": "Draft model", "drafter": "Guesses from",
+    "speculation": "Speculative decoding", "draft_max": "Draft length (max)", "draft_min": "Draft length (min)",
+    "p_min": "Stop drafting below p", "target_gpu_layers": "Target GPU layers",
+    "draft_gpu_layers": "Draft GPU layers", "n_ctx": "Context size", "n_threads": "CPU threads",
+    "temperature": "Temperature", "top_k": "Top-k", "top_p": "Top-p", "min_p": "Min-p", "seed": "Seed",
+    "max_tokens": "Longest reply", "system_prompt": "System prompt",
+}
+PAGES = {
+    "Models": ("target_path", "drafter", "draft_path"),
+    "Speculation": ("speculation", "draft_max", "draft_min", "p_min"),
+    "Sampling": ("temperature", "top_k", "top_p", "min_p", "seed", "max_tokens"),
+    "Hardware": ("target_gpu_layers", "draft_gpu_layers", "n_ctx", "n_threads"),
+    "System prompt": ("system_prompt",),
+}
+DRAFTERS = (("Draft model", "model"), ("Prompt lookup (no draft model)", "lookup"))
+GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
+_CHECK_DELAY_MS = 300  # typing a path should not fire a check per keystroke
+
+
+def _spin(low: int, high: int, special: str = "", step: int = 1, suffix: str = "") -> QSpinBox:
+    box = QSpinBox()
+    box.setRange(low, high)
+    box.setSingleStep(step)
+    box.setSuffix(suffix)
+    if special:
+        box.setSpecialValueText(special)  # shown at the minimum
+    return box
+
+
+def _double(low: float, high: float, step: float, decimals: int = 2) -> QDoubleSpinBox:
+    box = QDoubleSpinBox()
+    box.setRange(low, high)
+    box.setSingleStep(step)
+    box.setDecimals(decimals)
+    return box
+
+
+class PathEdit(QWidget):
+    """A path field with a Browse button."""
+
+    def __init__(self, title: str, placeholder: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.line = QLineEdit(self)
+        self.line.setPlaceholderText(placeholder)
+        self.line.setClearButtonEnabled(True)
+        self.browse = QPushButton("Browse…", self)
+        self.browse.clicked.connect(self._browse)
+        self._title = title
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.line, 1)
+        layout.addWidget(self.browse)
+
+    def text(self) -> str:
+        return self.line.text().strip()
+
+    def setText(self, text: str) -> None:  # noqa: N802 — reads like the Qt widgets around it
+        self.line.setText(text)
+
+    def _browse(self) -> None:
+        start = str(Path(self.text()).parent) if self.text() else str(Path.home())
+        path, _ = QFileDialog.getOpenFileName(self, self._title, start, GGUF_FILTER)
+        if path:
+            self.line.setText(path)
+
+
+class SettingsDialog(QDialog):
+    compatibility_check_requested = Signal(str, str)  # target path, draft path
+
+    def __init__(self, settings: Settings, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Settings")
+        self.setMinimumWidth(560)
+        self._base = settings
+        self.editors: dict[str, QWidget] = self._make_editors()
+        descriptions = {o.name: o.description for o in options()}
+
+        self.tabs = QTabWidget(self)
+        for page, names in PAGES.items():
+            form_page = QWidget()
+            form = QFormLayout(form_page)
+            form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+            for name in names:
+                editor = self.editors[name]
+                editor.setObjectName(name)
+                editor.setToolTip(descriptions[name])
+                if isinstance(editor, QCheckBox):
+                    form.addRow("", editor)
+                else:
+                    form.addRow(LABELS[name], editor)
+            if page == "Models":
+                form.addRow("", self._compat_row())
+            self.tabs.addTab(form_page, page)
+
+        self.error_label = QLabel(self)
+        self.error_label.setObjectName("settingsError")
+        self.error_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.error_label.setWordWrap(True)
+        self.error_label.setStyleSheet("color: #cf222e;")
+        self.error_label.hide()
+        self.note_label = QLabel("Speculation, draft length and sampling apply to the next message; "
+                                 "a model, context, thread or GPU-layer change reloads the models.", self)
+        self.note_label.setWordWrap(True)
+        self.note_label.setObjectName("caption")
+
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
+                                   | QDialogButtonBox.StandardButton.RestoreDefaults, self)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        buttons.button(QDialogButtonBox.StandardButton.RestoreDefaults).clicked.connect(self.restore_defaults)
+        self.buttons = buttons
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.tabs)
+        layout.addWidget(self.note_label)
+        layout.addWidget(self.error_label)
+        layout.addWidget(buttons)
+
+        self._check_timer = QTimer(self)
+        self._check_timer.setSingleShot(True)
+        self._check_timer.setInterval(_CHECK_DELAY_MS)
+        self._check_timer.timeout.connect(self._request_check)
+        self.load(settings)
+        self.editors["target_path"].line.textChanged.connect(self._paths_changed)
+        self.editors["draft_path"].line.textChanged.connect(self._paths_changed)
+        self.editors["drafter"].currentIndexChanged.connect(self._paths_changed)
+        self.editors["speculation"].toggled.connect(self._update_enabled)
+        self._paths_changed()
+
+    # --- values -------------------------------------------------------------------------------
+
+    def load(self, settings: Settings) -> None:
+        for name, editor in self.editors.items():
+            _set_value(editor, getattr(settings, name))
+        self._update_enabled()
+
+    def values(self) -> dict[str, Any]:
+        return {name: _get_value(editor) for name, editor in self.editors.items()}
+
+    def settings(self) -> Settings:
+        """The edited settings; raises InvalidSettingError with a one-line reason."""
+        return self._base.replace(**self.values())
+
+    def restore_defaults(self) -> None:
+        self.load(Settings())
+
+    def accept(self) -> None:
+        try:
+            self.settings()
+        except TandemError as exc:
+            self.error_label.setText(str(exc))
+            self.error_label.show()
+            return
+        super().accept()
+
+    # --- the compatibility line ---------------------------------------------------------------
+
+    def show_compatibility(self, target: str, draft: str, ok: bool, rule: str | None, reason: str) -> None:
+        if (target, draft) != self._pair_to_check():
+            return  # an answer to an older question
+        self.compat_label.setText(("✓ " if ok else "✗ ") + reason + (f" (rule: {rule})" if rule and not ok else ""))
+        self.compat_label.setProperty("ok", ok)
+        self.compat_label.setStyleSheet("" if ok else "color: #cf222e;")
+
+    def _compat_row(self) -> QLabel:
+        self.compat_label = QLabel(self)
+        self.compat_label.setObjectName("compatibility")
+        self.compat_label.setTextFormat(Qt.TextFormat.PlainText)  # token texts from the files
+        self.compat_label.setWordWrap(True)
+        return self.compat_label
+
+    def _pair_to_check(self) -> tuple[str, str] | None:
+        target, draft = self.editors["target_path"].text(), self.editors["draft_path"].text()
+        if _get_value(self.editors["drafter"]) != "model" or not target or not draft:
+            return None
+        return target, draft
+
+    def _paths_changed(self) -> None:
+        self._update_enabled()
+        pair = self._pair_to_check()
+        if pair is None:
+            drafter = _get_value(self.editors["drafter"])
+            self.compat_label.setText(
+                "Prompt lookup copies from the conversation; it needs no draft model." if drafter == "lookup"
+                else "Empty fields use the demo pair." if not self.editors["target_path"].text()
+                else "No draft model: replies are decoded without speculation.")
+            self.compat_label.setStyleSheet("")
+            self._check_timer.stop()
+            return
+        self.compat_label.setText("Checking whether the draft fits the target…")
+        self.compat_label.setStyleSheet("")
+        self._check_timer.start()
+
+    def _request_check(self) -> None:
+        pair = self._pair_to_check()
+        if pair is not None:
+            self.compatibility_check_requested.emit(*pair)
+
+    def _update_enabled(self) -> None:
+        uses_model = _get_value(self.editors["drafter"]) == "model"
+        self.editors["draft_path"].setEnabled(uses_model)
+        self.editors["draft_gpu_layers"].setEnabled(uses_model)
+        speculating = self.editors["speculation"].isChecked()
+        for name in ("draft_max", "draft_min", "p_min"):
+            self.editors[name].setEnabled(speculating)
+
+    def _make_editors(self) -> dict[str, QWidget]:
+        drafter = QComboBox()
+        for label, value in DRAFTERS:
+            drafter.addItem(label, value)
+        system_prompt = QPlainTextEdit()
+        system_prompt.setPlaceholderText("e.g. You are a concise assistant.")
+        return {
+            "target_path": PathEdit("Choose the target model", "Demo pair target (SmolLM2-135M, F32)"),
+            "drafter": drafter,
+            "draft_path": PathEdit("Choose the draft model", "Demo pair draft (with the demo target)"),
+            "speculation": QCheckBox("Speculate: draft tokens, then verify them in one batch"),
+            "draft_max": _spin(0, 16, special="auto", suffix=" tokens"),
+            "draft_min": _spin(1, 16, suffix=" tokens"),
+            "p_min": _double(0.0, 1.0, 0.05),
+            "temperature": _double(0.0, 5.0, 0.1),
+            "top_k": _spin(0, 1000, special="off"),
+            "top_p": _double(0.01, 1.0, 0.05),
+            "min_p": _double(0.0, 1.0, 0.01),
+            "seed": _spin(-1, 2**31 - 1, special="random"),
+            "max_tokens": _spin(1, 131072, suffix=" tokens"),
+            "target_gpu_layers": _spin(-1, 999, special="all"),
+            "draft_gpu_layers": _spin(-1, 999, special="all"),
+            "n_ctx": _spin(256, 1 << 20, step=256, suffix=" tokens"),
+            "n_threads": _spin(0, 256, special="automatic"),
+            "system_prompt": system_prompt,
+        }
+
+
+def _set_value(editor: QWidget, value: Any) -> None:
+    if isinstance(editor, PathEdit):
+        editor.setText(value)
+    elif isinstance(editor, QComboBox):
+        editor.setCurrentIndex(max(0, editor.findData(value)))
+    elif isinstance(editor, QCheckBox):
+        editor.setChecked(bool(value))
+    elif isinstance(editor, QSpinBox):
+        editor.setValue(editor.minimum() if value == "auto" else int(value))
+    elif isinstance(editor, QDoubleSpinBox):
+        editor.setValue(float(value))
+    elif isinstance(editor, QPlainTextEdit):
+        editor.setPlainText(value)
+
+
+def _get_value(editor: QWidget) -> Any:
+    if isinstance(editor, PathEdit):
+        return editor.text()
+    if isinstance(editor, QComboBox):
+        return editor.currentData()
+    if isinstance(editor, QCheckBox):
+        return editor.isChecked()
+    if isinstance(editor, QSpinBox):
+        if editor.objectName() == "draft_max" and editor.value() == editor.minimum():
+            return "auto"
+        return editor.value()
+    if isinstance(editor, QDoubleSpinBox):
+        return round(editor.value(), editor.decimals())
+    if isinstance(editor, QPlainTextEdit):
+        return editor.toPlainText()
+    raise TypeError(f"no value for {type(editor).__name__}")

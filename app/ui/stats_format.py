@@ -1,0 +1,35 @@
+"""Stats as words: the one place that decides how figures read in the window."""
+
+from __future__ import annotations
+
+from app.engine.types import Stats
+
+STOP_REASONS = {
+    "eos": "finished",
+    "max_tokens": "reached the reply length limit",
+    "cancelled": "stopped",
+    "context_full": "context full",
+}
+
+
+def rate(value: float) -> str:
+    return f"{value:.1f} tok/s"
+
+
+def percent(value: float) -> str:
+    return f"{value * 100:.0f}%"
+
+
+def message_summary(stats: Stats) -> str:
+    """One line kept under a reply: speed, and what speculation did for it."""
+    parts = [f"{stats.tokens} tokens", rate(stats.tokens_per_second)]
+    if stats.speculative:
+        parts += [f"acceptance {percent(stats.acceptance)}",
+                  f"{stats.tokens_per_round:.2f} tokens/round",
+                  f"{stats.accepted}/{stats.drafted} drafts accepted"]
+    else:
+        parts.append("no speculation" + (f" ({stats.note})" if stats.note and stats.note != "speculation is off" else ""))
+    reason = STOP_REASONS.get(stats.stop_reason)
+    if reason and stats.stop_reason != "eos":
+        parts.append(reason)
+    return " · ".join(parts)

@@ -1,0 +1,120 @@
+"""The side panel's figures: which models run, whether they speculate, how fast the reply goes."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFormLayout, QLabel, QVBoxLayout, QWidget
+
+from app.bridge.models import LoadInfo
+from app.engine.types import Stats
+from app.ui.stats_format import STOP_REASONS, percent, rate
+
+DASH = "—"
+
+
+def _value_label(parent: QWidget, name: str) -> QLabel:
+    label = QLabel(DASH, parent)
+    label.setObjectName(name)
+    label.setTextFormat(Qt.TextFormat.PlainText)  # file names and reasons are not markup
+    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    label.setWordWrap(True)
+    return label
+
+
+class StatsPanel(QWidget):
+    """Display only: the window calls ``show_models``, ``show_speculation`` and ``show_stats``."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.speed_label = QLabel(DASH, self)
+        self.speed_label.setObjectName("liveSpeed")
+        font = self.speed_label.font()
+        font.setPointSizeF(font.pointSizeF() * 1.8)
+        font.setBold(True)
+        self.speed_label.setFont(font)
+        self.speed_caption = QLabel("tokens per second", self)
+        self.speed_caption.setObjectName("caption")
+
+        self.target_label = _value_label(self, "targetModel")
+        self.draft_label = _value_label(self, "draftModel")
+        self.compute_label = _value_label(self, "compute")
+        self.speculation_label = _value_label(self, "speculation")
+        self.acceptance_label = _value_label(self, "acceptance")
+        self.per_round_label = _value_label(self, "tokensPerRound")
+        self.drafted_label = _value_label(self, "draftedAccepted")
+        self.tokens_label = _value_label(self, "tokens")
+        self.state_label = _value_label(self, "replyState")
+
+        models = QFormLayout()
+        models.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
+        models.addRow("Target", self.target_label)
+        models.addRow("Draft", self.draft_label)
+        models.addRow("Runs on", self.compute_label)
+        models.addRow("Speculation", self.speculation_label)
+
+        figures = QFormLayout()
+        figures.addRow("Acceptance", self.acceptance_label)
+        figures.addRow("Tokens/round", self.per_round_label)
+        figures.addRow("Accepted/drafted", self.drafted_label)
+        figures.addRow("Tokens", self.tokens_label)
+        figures.addRow("State", self.state_label)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(6)
+        layout.addWidget(self.speed_label)
+        layout.addWidget(self.speed_caption)
+        layout.addLayout(figures)
+        layout.addSpacing(8)
+        layout.addLayout(models)
+
+    def show_models(self, info: LoadInfo | None, status: str = "") -> None:
+        """``info`` None: nothing loaded; ``status`` says why (loading…, failed)."""
+        if info is None:
+            self.target_label.setText(status or DASH)
+            self.draft_label.setText(DASH)
+            self.compute_label.setText(DASH)
+            return
+        self.target_label.setText(info.target_name)
+        self.target_label.setToolTip(info.target_path)
+        if info.drafter == "lookup":
+            self.draft_label.setText("prompt lookup (no model)")
+        else:
+            self.draft_label.setText(info.draft_name or "none")
+        self.draft_label.setToolTip(info.draft_path)
+        self.compute_label.setText(f"llama.cpp · {info.compute}")
+
+    def show_speculation(self, wanted: bool, info: LoadInfo | None) -> None:
+        if not wanted:
+            text = "off (set in Settings)"
+        elif info is None:
+            text = "on"
+        elif info.speculation_available:
+            text = "on"
+        else:
+            text = f"unavailable: {info.note}" if info.note else "unavailable"
+        self.speculation_label.setText(text)
+
+    def show_stats(self, stats: Stats, *, live: bool) -> None:
+        self.speed_label.setText(f"{stats.tokens_per_second:.1f}")
+        self.speed_caption.setText("tokens per second" + (" (live)" if live else " (last reply)"))
+        if stats.speculative:
+            self.acceptance_label.setText(percent(stats.acceptance))
+            self.per_round_label.setText(f"{stats.tokens_per_round:.2f}")
+            self.drafted_label.setText(f"{stats.accepted} / {stats.drafted}")
+        else:
+            for label in (self.acceptance_label, self.per_round_label, self.drafted_label):
+                label.setText("n/a (plain decoding)" if label is self.acceptance_label else DASH)
+        self.tokens_label.setText(str(stats.tokens))
+        self.state_label.setText("generating…" if live else STOP_REASONS.get(stats.stop_reason, stats.stop_reason or DASH))
+
+    def clear_stats(self) -> None:
+        self.speed_label.setText(DASH)
+        self.speed_caption.setText("tokens per second")
+        for label in (self.acceptance_label, self.per_round_label, self.drafted_label,
+                      self.tokens_label, self.state_label):
+            label.setText(DASH)
+
+    @staticmethod
+    def speed_text(stats: Stats) -> str:
+        return rate(stats.tokens_per_second)

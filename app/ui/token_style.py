@@ -1,0 +1,94 @@
+"""How each token kind looks (DESIGN.md §3) and what a corrected token's tooltip says.
+
+Colour is never the only cue: corrected tokens are also underlined, and the
+draft's rejected proposal rides on the character format so a tooltip can name it.
+"""
+
+from __future__ import annotations
+
+import html
+
+from PySide6.QtGui import QColor, QPalette, QTextCharFormat, QTextFormat
+
+from app.engine.types import TokenEvent, TokenKind
+from app.ui.resources import token_palette
+
+KIND_PROPERTY = QTextFormat.Property.UserProperty + 1
+DRAFT_TEXT_PROPERTY = QTextFormat.Property.UserProperty + 2
+DRAFT_PROB_PROPERTY = QTextFormat.Property.UserProperty + 3
+TARGET_TEXT_PROPERTY = QTextFormat.Property.UserProperty + 4
+
+KIND_LABELS = {
+    TokenKind.ACCEPTED: "accepted",
+    TokenKind.CORRECTED: "corrected",
+    TokenKind.BONUS: "bonus",
+    TokenKind.PLAIN: "plain",
+}
+KIND_DESCRIPTIONS = {
+    TokenKind.ACCEPTED: "The draft guessed it and the target agreed.",
+    TokenKind.CORRECTED: "The target rejected the draft's guess and wrote this instead (underlined).",
+    TokenKind.BONUS: "The target's extra token after it accepted the whole draft.",
+    TokenKind.PLAIN: "Written by the target alone, without speculation.",
+}
+
+
+def is_dark(palette: QPalette) -> bool:
+    return palette.color(QPalette.ColorRole.Base).lightness() < 128
+
+
+class TokenStyle:
+    """Character formats for the token kinds, for one theme, coloured or not."""
+
+    def __init__(self, dark: bool, coloured: bool = True) -> None:
+        self.dark = dark
+        self.coloured = coloured
+        self.colours = {kind: QColor(token_palette(dark)[kind.value]) for kind in TokenKind}
+        self._formats = {kind: self._make(kind) for kind in TokenKind}
+
+    def colour(self, kind: TokenKind) -> QColor:
+        return self.colours[kind]
+
+    def kind_format(self, kind: TokenKind) -> QTextCharFormat:
+        return self._formats[kind]
+
+    def format_for(self, event: TokenEvent) -> QTextCharFormat:
+        if event.kind is not TokenKind.CORRECTED:
+            return self._formats[event.kind]
+        fmt = QTextCharFormat(self._formats[TokenKind.CORRECTED])
+        if event.draft_text is not None:
+            fmt.setProperty(DRAFT_TEXT_PROPERTY, event.draft_text)
+        if event.draft_prob is not None:
+            fmt.setProperty(DRAFT_PROB_PROPERTY, float(event.draft_prob))
+        fmt.setProperty(TARGET_TEXT_PROPERTY, event.text)
+        return fmt
+
+    def _make(self, kind: TokenKind) -> QTextCharFormat:
+        fmt = QTextCharFormat()
+        fmt.setProperty(KIND_PROPERTY, kind.value)
+        if not self.coloured:
+            return fmt  # the widget's own text colour, no underline: plain reading
+        if kind is not TokenKind.PLAIN:
+            fmt.setForeground(self.colours[kind])
+        if kind is TokenKind.CORRECTED:
+            fmt.setFontUnderline(True)
+            fmt.setUnderlineColor(self.colours[kind])
+        return fmt
+
+
+def visible(text: str) -> str:
+    """A token's text with its edges and invisible characters made visible."""
+    shown = text.replace("\n", "⏎").replace("\t", "⇥").replace("\r", "")
+    return f"“{shown}”"
+
+
+def corrected_tooltip(fmt: QTextCharFormat) -> str | None:
+    """Rich text for a corrected token's tooltip (model text escaped), or None for other tokens."""
+    if fmt.property(KIND_PROPERTY) != TokenKind.CORRECTED.value:
+        return None
+    draft = fmt.property(DRAFT_TEXT_PROPERTY)
+    prob = fmt.property(DRAFT_PROB_PROPERTY)
+    target = fmt.property(TARGET_TEXT_PROPERTY)
+    proposal = html.escape(visible(draft)) if isinstance(draft, str) else "a token"
+    chance = f" (p = {prob:.2f})" if isinstance(prob, float) else ""
+    chosen = f"<br>The target wrote {html.escape(visible(target))} instead." if isinstance(target, str) else ""
+    return f"<p style='white-space:pre'><b>Corrected</b><br>The draft proposed {proposal}{chance}.{chosen}</p>"
