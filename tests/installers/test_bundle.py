@@ -1,9 +1,10 @@
 """The PyInstaller bundle builds and passes its own checks (opt-in: TANDEM_BUNDLE_TEST=1).
 
 Runs installers/smoke_test.py: builds dist/tandem/ (reused when up to date),
-then runs the bundled --help, tandem-bundle-check and --self-test headless.
+then runs the bundled --help, tandem-bundle-check, --self-test and the chat
+window (offscreen, for a few seconds) headless.
 Opt-in because it installs PyInstaller into .venv and writes ~230 MB to dist/;
-it takes about a minute and a half on a 2-core machine (installers/README.md).
+about 1-1.5 minutes on a 2-core machine (installers/README.md).
 """
 
 from __future__ import annotations
