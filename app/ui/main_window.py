@@ -99,6 +99,8 @@ class MainWindow(QMainWindow):
         self._saved = loaded.settings  # what is on disk; command-line overrides stay out of it
         self.settings = loaded.settings.replace(**(overrides or {}))
         self.client = client or EngineClient(parent=self)
+        if self.client.parent() is None:
+            self.client.setParent(self)
         self._replies: dict[int, ChatMessage] = {}  # request id -> the reply it fills
         self._load_error = ""
 

@@ -117,6 +117,11 @@ class ChatMessage(QFrame):
         self.state_label.setObjectName("messageState")
         self.state_label.setTextFormat(Qt.TextFormat.PlainText)
         self.copy_button = self._tool_button("Copy", "Copy this message's text", self.copy_to_clipboard)
+        # Owned by the message, so it dies with it (a bare singleShot could outlive the button).
+        self._copy_feedback = QTimer(self)
+        self._copy_feedback.setSingleShot(True)
+        self._copy_feedback.setInterval(1500)
+        self._copy_feedback.timeout.connect(lambda: self.copy_button.setText("Copy"))
         header = QHBoxLayout()
         header.setContentsMargins(0, 0, 0, 0)
         header.setSpacing(4)
@@ -187,7 +192,7 @@ class ChatMessage(QFrame):
     def copy_to_clipboard(self) -> None:
         QGuiApplication.clipboard().setText(self.text())
         self.copy_button.setText("Copied")
-        QTimer.singleShot(1500, lambda: self.copy_button.setText("Copy"))
+        self._copy_feedback.start()
         self.copied.emit()
 
     # --- internals ----------------------------------------------------------------------------

@@ -1,5 +1,85 @@
-"""Widget tests run without a display."""
+"""Widget tests run without a display, and never touch the user's own settings or history."""
 
+from __future__ import annotations
+
+import asyncio
 import os
 
+import pytest
+
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+LOAD_TIMEOUT_MS = 60_000    # the machine is shared: generous, but a hang still fails
+REPLY_TIMEOUT_MS = 120_000
+
+
+@pytest.fixture(autouse=True)
+def tandem_home(tmp_path, monkeypatch):
+    """Every path from app.storage.paths lands under this test's tmp_path."""
+    home = tmp_path / "tandem-home"
+    monkeypatch.setenv("TANDEM_HOME", str(home))
+    return home
+
+
+@pytest.fixture(scope="session")
+def qasync_loop(qapp):
+    """qasync's loop as the running asyncio loop, driven by pytest-qt's event processing.
+
+    One for the session: stopping a qasync loop calls QApplication.exit(), which would
+    make every later QEventLoop (pytest-qt's waits) return at once.
+    """
+    import qasync
+
+    loop = qasync.QEventLoop(qapp, already_running=True)
+    asyncio.set_event_loop(loop)
+    yield loop
+    loop.stop()   # the session is over: QApplication.exit() no longer matters
+    loop.close()  # joins the loop's thread pool
+    asyncio.events._set_running_loop(None)
+    asyncio.set_event_loop(None)
+
+
+def demo_settings(demo_models, **changes):
+    """The real demo pair, greedy and short, so replies are quick and repeatable."""
+    from app.storage.settings import Settings
+
+    values = dict(target_path=str(demo_models.target), draft_path=str(demo_models.draft),
+                  temperature=0.0, n_ctx=1024, max_tokens=32)
+    values.update(changes)
+    return Settings(**values)
+
+
+@pytest.fixture
+def make_window(qtbot, qasync_loop):
+    """Build a MainWindow: the real engine by default, or ``loader=`` a fake one."""
+    from app.bridge.worker import EngineClient
+    from app.storage.settings import LoadedSettings, Settings
+    from app.ui.main_window import MainWindow
+
+    windows = []
+
+    def make(settings=None, *, loader=None, notice=None, loaded=None):
+        loaded = loaded or LoadedSettings(settings or Settings(), notice)
+        # A real load with no target would provision the demo pair into tmp_path.
+        assert loader is not None or loaded.settings.target_path, "give the real engine model paths"
+        client = EngineClient(loader=loader) if loader is not None else None
+        window = MainWindow(loaded, client=client)
+        qtbot.addWidget(window)
+        window.show()
+        windows.append(window)
+        return window
+
+    yield make
+    for window in windows:
+        window.close()
+
+
+def wait_loaded(qtbot, window) -> None:
+    qtbot.waitUntil(lambda: window.client.info is not None, timeout=LOAD_TIMEOUT_MS)
+
+
+def send_and_wait(qtbot, window, text: str):
+    """Send ``text`` and return the finished reply."""
+    with qtbot.waitSignal(window.reply_finished, timeout=REPLY_TIMEOUT_MS) as blocker:
+        window.send(text)
+    return blocker.args[0]

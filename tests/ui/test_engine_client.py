@@ -1,0 +1,120 @@
+"""EngineClient and its worker thread, driven by a scripted engine (no model)."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.bridge.models import ModelSpec
+from app.bridge.worker import EngineClient, TokenMailbox, one_line
+from app.engine.errors import ContextOverflowError, ModelFileError
+from app.engine.types import TokenEvent, TokenKind
+
+from .fakes import ScriptedLoader, tokens
+
+
+@pytest.fixture
+def client(qtbot):
+    clients = []
+
+    def make(loader) -> EngineClient:
+        c = EngineClient(loader=loader)
+        clients.append(c)
+        with qtbot.waitSignal(c.loaded, timeout=10_000):
+            c.load(ModelSpec(target_path="scripted.gguf"))
+        return c
+
+    yield make
+    for c in clients:
+        c.shutdown()
+
+
+def test_mailbox_signals_only_when_it_goes_from_empty_to_full():
+    box = TokenMailbox()
+    event = TokenEvent(1, "a", TokenKind.ACCEPTED)
+    assert box.put(1, event) is True
+    assert box.put(1, event) is False
+    assert box.put(2, event) is False  # a new request starts a new batch, no extra nudge
+    batches = box.take()
+    assert [(b.request_id, len(b.events)) for b in batches] == [(1, 2), (2, 1)]
+    assert box.take() == []
+    assert box.put(1, event) is True
+
+
+def test_a_fast_stream_arrives_whole_in_few_batches_and_ends_after_its_tokens(qtbot, client):
+    events = tokens(*[f" w{i}" for i in range(3000)])
+    c = client(ScriptedLoader(events))
+    seen: list[str] = []
+    batches = []
+    c.tokens.connect(lambda rid, evs, stats: (batches.append(len(evs)), seen.extend(e.text for e in evs)))
+    order = []
+    c.finished.connect(lambda rid, stats: order.append(("finished", len(seen), stats.tokens)))
+    with qtbot.waitSignal(c.finished, timeout=20_000):
+        c.generate([("user", "go")], max_tokens=5000)
+    assert seen == [e.text for e in events]
+    assert len(batches) < len(events) / 10  # coalesced, not one signal per token
+    assert order == [("finished", 3000, 3000)]
+    assert not c.busy
+
+
+def test_stop_ends_the_reply_within_a_token(qtbot, client):
+    c = client(ScriptedLoader(tokens(*["x"] * 1000), delay=0.01))
+    with qtbot.waitSignal(c.tokens, timeout=10_000):
+        request = c.generate([("user", "go")], max_tokens=1000)
+    with qtbot.waitSignal(c.finished, timeout=10_000) as done:
+        c.stop()
+    request_id, stats = done.args
+    assert request_id == request
+    assert stats.stop_reason == "cancelled"
+    assert stats.tokens < 1000
+
+
+def test_engine_errors_become_one_line_messages(qtbot, client):
+    loader = ScriptedLoader(tokens("a", "b", "c", "d"))
+    c = client(loader)
+    loader.engine.error = ContextOverflowError("The prompt is 9000 tokens but the context holds 4096.")
+    with qtbot.waitSignal(c.failed, timeout=10_000) as failed:
+        c.generate([("user", "go")])
+    assert failed.args[1] == "The prompt is 9000 tokens but the context holds 4096."
+
+    loader.engine.error = RuntimeError("boom\nTraceback (most recent call last): ...")
+    with qtbot.waitSignal(c.failed, timeout=10_000) as failed:
+        c.generate([("user", "go")])
+    assert failed.args[1] == "Unexpected error: RuntimeError: boom"
+
+
+def test_a_failed_load_reports_its_reason_and_generation_says_no_model(qtbot):
+    c = EngineClient(loader=ScriptedLoader(load_error=ModelFileError("x.gguf: not a GGUF file")))
+    try:
+        with qtbot.waitSignal(c.load_failed, timeout=10_000) as failed:
+            c.load(ModelSpec(target_path="x.gguf"))
+        assert failed.args == ["x.gguf: not a GGUF file"]
+        with qtbot.waitSignal(c.failed, timeout=10_000) as no_model:
+            c.generate([("user", "hi")])
+        assert "No model is loaded" in no_model.args[1]
+    finally:
+        c.shutdown()
+
+
+def test_ensure_loaded_reloads_only_for_a_different_spec(qtbot, client):
+    loader = ScriptedLoader()
+    c = client(loader)
+    assert not c.ensure_loaded(ModelSpec(target_path="scripted.gguf"))
+    with qtbot.waitSignal(c.loaded, timeout=10_000):
+        assert c.ensure_loaded(ModelSpec(target_path="scripted.gguf", n_ctx=2048))
+    assert [s.n_ctx for s in loader.specs] == [4096, 2048]
+    assert loader.models.closed  # the old pair was freed before the new load
+
+
+def test_one_line_keeps_tandem_messages_and_shortens_others():
+    assert one_line(ModelFileError("bad file")) == "bad file"
+    assert one_line(ValueError("first\nsecond")) == "Unexpected error: ValueError: first"
+    assert one_line(KeyError()) == "Unexpected error: KeyError"
+
+
+def test_shutdown_stops_a_running_reply_and_joins_the_thread(qtbot, client):
+    c = client(ScriptedLoader(tokens(*["x"] * 10_000), delay=0.01))
+    with qtbot.waitSignal(c.tokens, timeout=10_000):
+        c.generate([("user", "go")], max_tokens=10_000)
+    c.shutdown()
+    assert not c._thread.isRunning()
+    assert not c.busy or all(r.cancel.is_set() for r in c._active.values())

@@ -1,0 +1,16 @@
+"""The stream bench runs and reports a number (its figure is a benchmark, not a test)."""
+
+from __future__ import annotations
+
+import math
+
+from app.ui.stream_bench import StreamBenchResult, run_stream_bench
+
+
+def test_a_one_second_stream_reaches_the_view_and_reports_the_worst_stall(qtbot):
+    result = run_stream_bench(rate=2000, seconds=1.0)
+    assert isinstance(result, StreamBenchResult)
+    assert result.tokens == 2000
+    assert math.isfinite(result.worst_stall_ms) and result.worst_stall_ms >= 0
+    assert 0 < result.batches < result.tokens  # coalesced
+    assert "worst event-loop stall" in result.report()
