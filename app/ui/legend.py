@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QTextFormat
-from PySide6.QtWidgets import QGridLayout, QLabel, QToolButton, QWidget
+from PySide6.QtWidgets import QCheckBox, QGridLayout, QLabel, QWidget
 
 from app.engine.types import TokenKind
 from app.ui.token_style import KIND_DESCRIPTIONS, KIND_LABELS, TokenStyle
@@ -29,9 +29,12 @@ class TokenLegend(QWidget):
             sample.setToolTip(KIND_DESCRIPTIONS[kind])
             self.samples[kind] = sample
             layout.addWidget(sample, i // 2, i % 2)
-        self.toggle = QToolButton(self)
-        self.toggle.setDefaultAction(colours_action)
-        self.toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
+        # A check box mirroring the window's action, so menu, shortcut and box stay in step.
+        self.toggle = QCheckBox(colours_action.text().replace("&", ""), self)
+        self.toggle.setChecked(colours_action.isChecked())
+        self.toggle.setToolTip(colours_action.toolTip())
+        self.toggle.toggled.connect(lambda on: on != colours_action.isChecked() and colours_action.trigger())
+        colours_action.toggled.connect(self.toggle.setChecked)
         layout.addWidget(self.toggle, 2, 0, 1, 2, Qt.AlignmentFlag.AlignLeft)
 
     def set_style(self, style: TokenStyle) -> None:

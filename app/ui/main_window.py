@@ -199,7 +199,7 @@ class MainWindow(QMainWindow):
         toolbar = QToolBar("Main", self)
         toolbar.setObjectName("mainToolbar")
         toolbar.setMovable(False)
-        toolbar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        toolbar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
         for action in (self.new_chat_action, self.regenerate_action, self.stop_action, None,
                        self.speculation_action, self.settings_action):
             toolbar.addSeparator() if action is None else toolbar.addAction(action)

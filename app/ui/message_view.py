@@ -136,6 +136,9 @@ class ChatMessage(QFrame):
         header.addWidget(self.copy_button)
 
         self.text_view = MessageText(self)
+        font = self.text_view.font()
+        font.setPointSizeF(font.pointSizeF() * 1.12)  # reading text, a touch above UI text
+        self.text_view.setFont(font)
         self.stats_label = QLabel(self)
         self.stats_label.setObjectName("messageStats")
         self.stats_label.setTextFormat(Qt.TextFormat.PlainText)
@@ -211,7 +214,7 @@ class ChatMessage(QFrame):
                 if run:
                     cursor.insertText("".join(run), style.kind_format(run_kind))
                     run, run_kind = [], None
-                cursor.insertText(event.text, style.format_for(event))
+                _insert_corrected(cursor, event, style)
             elif event.kind is run_kind:
                 run.append(event.text)
             else:
@@ -243,3 +246,17 @@ class ChatMessage(QFrame):
         button.setCursor(Qt.CursorShape.PointingHandCursor)
         button.clicked.connect(slot)
         return button
+
+
+def _insert_corrected(cursor: QTextCursor, event: TokenEvent, style: TokenStyle) -> None:
+    """A corrected token, underlined from its first visible character (" word", not "_word")."""
+    fmt = style.format_for(event)
+    body = event.text.lstrip()
+    lead = event.text[: len(event.text) - len(body)]
+    if lead and body:
+        bare = type(fmt)(fmt)
+        bare.setFontUnderline(False)
+        cursor.insertText(lead, bare)
+        cursor.insertText(body, fmt)
+    else:
+        cursor.insertText(event.text, fmt)

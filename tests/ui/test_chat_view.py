@@ -69,10 +69,12 @@ def test_each_kind_has_its_colour_and_corrected_is_underlined(view):
         TokenEvent(4, "!", TokenKind.BONUS), TokenEvent(5, " Plain", TokenKind.PLAIN),
     ])
     runs = fragments(reply)
-    assert [text for text, _ in runs] == ["Hello there", " friend", "!", " Plain"]  # same kinds merge
-    accepted, corrected, bonus, plain = (fmt for _, fmt in runs)
+    # Same kinds merge; a corrected token's underline starts at its first visible character.
+    assert [text for text, _ in runs] == ["Hello there", " ", "friend", "!", " Plain"]
+    accepted, space, corrected, bonus, plain = (fmt for _, fmt in runs)
     assert foreground(accepted) == QColor(palette["accepted"])
     assert foreground(corrected) == QColor(palette["corrected"]) and corrected.fontUnderline()
+    assert space.property(KIND_PROPERTY) == "corrected" and not space.fontUnderline()
     assert foreground(bonus) == QColor(palette["bonus"])
     assert foreground(plain) is None  # the theme's own text colour
     assert not any(fmt.fontUnderline() for fmt in (accepted, bonus, plain))

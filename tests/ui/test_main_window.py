@@ -293,5 +293,9 @@ def test_colour_toggle_reaches_view_legend_and_settings(scripted, qtbot):
     window.colours_action.trigger()
     assert not window.chat_view.show_colours
     assert window.side_panel.legend.samples[TokenKind.ACCEPTED].styleSheet() == ""
+    assert not window.side_panel.legend.toggle.isChecked()
     assert load_settings().settings.show_colours is False
+    window.side_panel.legend.toggle.click()  # and back on from the legend's own box
+    assert window.chat_view.show_colours and window.colours_action.isChecked()
+    assert load_settings().settings.show_colours is True
     assert reply.text_view.toPlainText() == "Hello there!"
