@@ -2,25 +2,20 @@
 
 The app runs one event loop: Qt's, with qasync's ``QEventLoop`` as asyncio's loop,
 so a coroutine can await a thread-pool job without blocking the window. Async
-slots stay a few lines and call plain, tested functions; background tasks are
-kept referenced so the garbage collector cannot cancel them half-way.
+slots stay a few lines and call plain, tested functions; the tasks they start are
+kept referenced until done, so the garbage collector cannot cancel them half-way.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-from typing import Any, Callable, Coroutine
+from typing import Any, Callable
 
 import qasync
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, Signal, Slot
 from PySide6.QtWidgets import QApplication
 
 from app.bridge.worker import one_line
-
-log = logging.getLogger(__name__)
-
-_tasks: set[asyncio.Task] = set()
 
 
 def run_app(app: QApplication) -> int:
@@ -35,14 +30,6 @@ def run_app(app: QApplication) -> int:
         return qasync.run(until_last_window_closed())
     except asyncio.CancelledError:
         return 0
-
-
-def in_background(coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
-    """Start ``coro`` on the running loop and keep it alive until it ends."""
-    task = asyncio.ensure_future(coro)
-    _tasks.add(task)
-    task.add_done_callback(_tasks.discard)
-    return task
 
 
 async def off_thread(function: Callable[..., Any], *args: Any) -> Any:
@@ -71,8 +58,18 @@ class PairChecker(QObject):
 
     checked = Signal(str, str, bool, object, str)
 
-    @qasync.asyncSlot(str, str)
-    async def check(self, target: str, draft: str) -> None:
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._tasks: set[asyncio.Task] = set()  # held until done: the loop keeps only weak references
+
+    @Slot(str, str)
+    def check(self, target: str, draft: str) -> asyncio.Task:
+        task = asyncio.ensure_future(self._check(target, draft))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _check(self, target: str, draft: str) -> None:
         try:
             ok, rule, reason = await off_thread(check_pair_blocking, target, draft)
         except Exception as exc:  # noqa: BLE001 — a check must never take the window down

@@ -15,7 +15,6 @@ from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QSizePolicy, QVBoxLay
 from app.engine.types import Stats, TokenEvent
 from app.ui.message_view import (
     ASSISTANT,
-    COMPLETE,
     FAILED,
     STREAMING,
     USER,

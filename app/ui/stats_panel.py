@@ -7,7 +7,7 @@ from PySide6.QtWidgets import QFormLayout, QLabel, QVBoxLayout, QWidget
 
 from app.bridge.models import LoadInfo
 from app.engine.types import Stats
-from app.ui.stats_format import STOP_REASONS, percent, rate
+from app.ui.stats_format import STOP_REASONS, percent
 
 DASH = "—"
 
@@ -114,7 +114,3 @@ class StatsPanel(QWidget):
         for label in (self.acceptance_label, self.per_round_label, self.drafted_label,
                       self.tokens_label, self.state_label):
             label.setText(DASH)
-
-    @staticmethod
-    def speed_text(stats: Stats) -> str:
-        return rate(stats.tokens_per_second)

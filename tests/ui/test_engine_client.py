@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+from pathlib import Path
+
 import pytest
 
 from app.bridge.models import ModelSpec
@@ -118,3 +121,45 @@ def test_shutdown_stops_a_running_reply_and_joins_the_thread(qtbot, client):
     c.shutdown()
     assert not c._thread.isRunning()
     assert not c.busy or all(r.cancel.is_set() for r in c._active.values())
+
+
+def test_an_empty_target_provisions_the_demo_pair_with_progress(monkeypatch, tmp_path):
+    from app.bridge import models
+    from app.models import demo
+
+    def fake_demo_pair(progress):
+        progress("Downloading demo model", 25, 100)
+        progress("Writing F32 copy of the demo model", 0, 0)
+        return demo.DemoPair(tmp_path / "t.gguf", tmp_path / "d.gguf", tmp_path / "s.gguf")
+
+    monkeypatch.setattr(demo, "demo_pair", fake_demo_pair)
+    reports = []
+    target, draft = models.resolve_paths(ModelSpec(), lambda stage, fraction: reports.append((stage, fraction)))
+    assert (target, draft) == (tmp_path / "t.gguf", tmp_path / "d.gguf")
+    assert reports == [("Downloading demo model", 0.25), ("Writing F32 copy of the demo model", -1.0)]
+
+    # A newer load makes the provisioning give up at its next progress report.
+    with pytest.raises(models.LoadCancelled):
+        models.resolve_paths(ModelSpec(), lambda stage, fraction: False)
+    # A target of one's own never touches the demo pair.
+    assert models.resolve_paths(ModelSpec(target_path="/m/t.gguf"), lambda *a: True) == (Path("/m/t.gguf"), None)
+
+
+def test_the_window_shows_load_progress_until_the_models_are_ready(make_window, qtbot):
+    from app.storage.settings import Settings
+
+    release = threading.Event()
+    loader = ScriptedLoader()
+
+    def slow_loader(spec, progress):
+        progress("Downloading demo model", 0.4)
+        release.wait(10)
+        return loader(spec, progress)
+
+    window = make_window(Settings(target_path="/m/t.gguf"), loader=slow_loader)
+    banner = window.load_banner
+    qtbot.waitUntil(lambda: banner.bar.value() == 400, timeout=10_000)
+    assert banner.isVisible() and banner.label.text() == "Downloading demo model…"
+    release.set()
+    qtbot.waitUntil(lambda: not banner.isVisible(), timeout=10_000)
+    assert window.model_label.text().startswith("scripted.gguf")

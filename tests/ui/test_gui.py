@@ -32,3 +32,46 @@ def test_no_display_is_detected_on_linux(monkeypatch):
     assert not has_display()
     monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")
     assert has_display()
+
+
+LAUNCH_SCRIPT = r"""
+import sys
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+from app.cli import build_parser
+from app.gui import launch
+
+app = QApplication(sys.argv[:1])
+
+def close_when_loaded():
+    for widget in QApplication.topLevelWidgets():
+        client = getattr(widget, "client", None)
+        if client is not None and client.info is not None:
+            print("LOADED", client.info.target_name, client.info.draft_name, flush=True)
+            widget.close()
+            return
+    QTimer.singleShot(50, close_when_loaded)
+
+QTimer.singleShot(50, close_when_loaded)
+sys.exit(launch(build_parser().parse_args(sys.argv[1:])))
+"""
+
+
+def test_launch_opens_the_window_on_qasync_and_exits_cleanly(demo_models, tandem_home, tmp_path):
+    """The README's run command, end to end: window, worker thread, models, clean exit."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", TANDEM_HOME=str(tandem_home))
+    result = subprocess.run(
+        [sys.executable, "-c", LAUNCH_SCRIPT, "--target", str(demo_models.target), "--draft", str(demo_models.draft),
+         "--n-ctx", "512"],
+        env=env, capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"LOADED {demo_models.target.name} {demo_models.draft.name}" in result.stdout
+    assert "Traceback" not in result.stderr
+    saved = json.loads((tandem_home / "config" / "settings.json").read_text(encoding="utf-8"))["settings"]
+    assert saved["window_geometry"]  # remembered on close
+    assert saved["target_path"] == "" and saved["n_ctx"] == 4096  # command-line choices stay out of the file
