@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtCore import QMimeData, QSize, Qt, Signal
 from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import QHBoxLayout, QPlainTextEdit, QPushButton, QSizePolicy, QWidget
 
 MIN_LINES, MAX_LINES = 2, 8
 
 
+def model_files(mime: QMimeData) -> list[str]:
+    """Local .gguf files in a drag, in order."""
+    return [url.toLocalFile() for url in mime.urls()
+            if url.isLocalFile() and url.toLocalFile().lower().endswith(".gguf")]
+
+
 class PromptEdit(QPlainTextEdit):
     """A multi-line input whose Enter means "send" (Shift+Enter: new line)."""
 
     submitted = Signal()
+    models_dropped = Signal(list)  # [path]
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -31,12 +38,26 @@ class PromptEdit(QPlainTextEdit):
                 return
         super().keyPressEvent(event)
 
+    # A dropped model file is for the window (target or draft?), not text to paste here.
     def dragEnterEvent(self, event) -> None:  # noqa: N802
-        # A dropped model file is for the window (target or draft?), not text to paste here.
-        if any(url.toLocalFile().lower().endswith(".gguf") for url in event.mimeData().urls()):
-            event.ignore()
-            return
-        super().dragEnterEvent(event)
+        if model_files(event.mimeData()):
+            event.acceptProposedAction()
+        else:
+            super().dragEnterEvent(event)
+
+    def dragMoveEvent(self, event) -> None:  # noqa: N802
+        if model_files(event.mimeData()):
+            event.acceptProposedAction()
+        else:
+            super().dragMoveEvent(event)
+
+    def dropEvent(self, event) -> None:  # noqa: N802
+        files = model_files(event.mimeData())
+        if files:
+            event.acceptProposedAction()
+            self.models_dropped.emit(files)
+        else:
+            super().dropEvent(event)
 
     def sizeHint(self) -> QSize:  # noqa: N802 — grow with the text, up to MAX_LINES
         lines = max(MIN_LINES, min(MAX_LINES, self.document().blockCount()))
@@ -49,12 +70,14 @@ class Composer(QWidget):
 
     send_requested = Signal(str)
     stop_requested = Signal()
+    models_dropped = Signal(list)  # [path] of .gguf files dropped on the input
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.edit = PromptEdit(self)
         self.edit.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Maximum)
         self.edit.submitted.connect(self._send)
+        self.edit.models_dropped.connect(self.models_dropped)
         self.button = QPushButton("Send", self)
         self.button.setObjectName("sendButton")
         self.button.setDefault(False)

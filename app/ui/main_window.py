@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QMimeData, Qt, Signal
+from PySide6.QtCore import QByteArray, Qt, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -41,7 +41,7 @@ from app.engine.types import SamplingConfig, SpecConfig, Stats, TokenEvent
 from app.errors import TandemError
 from app.storage.settings import LoadedSettings, Settings, load_settings, save_settings
 from app.ui.chat_view import ChatView
-from app.ui.composer import Composer
+from app.ui.composer import Composer, model_files
 from app.ui.message_view import COMPLETE, STOPPED, ChatMessage
 from app.ui.notices import ERROR, INFO, WARNING, NoticeArea
 from app.ui.settings_dialog import GGUF_FILTER, SettingsDialog
@@ -51,11 +51,6 @@ APP_NAME = "Tandem"
 MIN_SIZE = (760, 520)
 DEFAULT_SIZE = (1180, 780)
 TARGET, DRAFT = "target", "draft"
-
-
-def gguf_paths(mime: QMimeData) -> list[str]:
-    return [url.toLocalFile() for url in mime.urls()
-            if url.isLocalFile() and url.toLocalFile().lower().endswith(".gguf")]
 
 
 class LoadBanner(QFrame):
@@ -172,6 +167,7 @@ class MainWindow(QMainWindow):
         self.composer = Composer(self)
         self.composer.send_requested.connect(self.send)
         self.composer.stop_requested.connect(self.stop)
+        self.composer.models_dropped.connect(self._models_dropped)
 
         column = QWidget(self)
         column.setObjectName("chatColumnOuter")
@@ -471,7 +467,7 @@ class MainWindow(QMainWindow):
     # --- drag and drop --------------------------------------------------------------------------
 
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802
-        if gguf_paths(event.mimeData()):
+        if model_files(event.mimeData()):
             event.acceptProposedAction()
         else:
             event.ignore()
@@ -480,11 +476,14 @@ class MainWindow(QMainWindow):
         self.dragEnterEvent(event)
 
     def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802
-        paths = gguf_paths(event.mimeData())
+        paths = model_files(event.mimeData())
         if not paths:
             event.ignore()
             return
         event.acceptProposedAction()
+        self._models_dropped(paths)
+
+    def _models_dropped(self, paths: list[str]) -> None:
         role = self.ask_model_role(paths[0])
         if role in (TARGET, DRAFT):
             self.use_model(paths[0], role)

@@ -43,6 +43,7 @@ class MessageText(QTextEdit):
         self.setReadOnly(True)
         self.setAcceptRichText(False)
         self.setUndoRedoEnabled(False)  # an undo stack per token would only cost memory
+        self.setAcceptDrops(False)  # a dropped model file goes on to the window
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)

@@ -58,12 +58,12 @@ def make_window(qtbot, qasync_loop):
 
     windows = []
 
-    def make(settings=None, *, loader=None, notice=None, loaded=None):
+    def make(settings=None, *, loader=None, notice=None, loaded=None, **window_options):
         loaded = loaded or LoadedSettings(settings or Settings(), notice)
         # A real load with no target would provision the demo pair into tmp_path.
         assert loader is not None or loaded.settings.target_path, "give the real engine model paths"
         client = EngineClient(loader=loader) if loader is not None else None
-        window = MainWindow(loaded, client=client)
+        window = MainWindow(loaded, client=client, **window_options)
         qtbot.addWidget(window)
         window.show()
         windows.append(window)

@@ -227,17 +227,18 @@ def test_a_failed_load_is_a_notice_and_sending_waits_for_a_model(make_window, qt
     assert window.composer.text() == "hello"  # kept for when a model loads
 
 
-def _drop(window, path: str) -> bool:
+def _drop(target, path: str) -> bool:
+    """Drag ``path`` over ``target`` and drop it there, as Qt delivers it (up to a widget that takes drops)."""
     mime = QMimeData()
     mime.setUrls([QUrl.fromLocalFile(path)])
-    enter = QDragEnterEvent(QPoint(50, 50), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+    enter = QDragEnterEvent(QPoint(20, 20), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
                             Qt.KeyboardModifier.NoModifier)
-    QApplication.sendEvent(window, enter)
+    QApplication.sendEvent(target, enter)
     if not enter.isAccepted():
         return False
-    drop = QDropEvent(QPointF(50, 50), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+    drop = QDropEvent(QPointF(20, 20), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
                       Qt.KeyboardModifier.NoModifier)
-    QApplication.sendEvent(window, drop)
+    QApplication.sendEvent(target, drop)
     return True
 
 
@@ -257,6 +258,17 @@ def test_dropping_a_gguf_asks_target_or_draft_and_reloads(scripted, qtbot, tmp_p
     assert _drop(window, str(tmp_path / "target.gguf"))
     assert window.settings.target_path == SETTINGS.target_path
     assert not _drop(window, str(tmp_path / "notes.txt"))
+
+
+def test_a_gguf_dropped_on_the_input_or_a_message_reaches_the_window(scripted, qtbot, tmp_path, monkeypatch):
+    window, _ = scripted()
+    reply = send_and_wait(qtbot, window, "hi")
+    asked = []
+    monkeypatch.setattr(window, "ask_model_role", lambda path: asked.append(path))
+    assert _drop(window.composer.edit.viewport(), str(tmp_path / "a.gguf"))
+    assert _drop(reply.text_view.viewport(), str(tmp_path / "b.gguf"))
+    assert asked == [str(tmp_path / "a.gguf"), str(tmp_path / "b.gguf")]
+    assert window.composer.text() == ""  # no file URL pasted into the input
 
 
 def test_window_remembers_its_geometry(make_window, qtbot):
@@ -285,6 +297,27 @@ def test_gpu_panel_shows_the_calm_no_gpu_line(make_window, qtbot):
     qtbot.waitUntil(lambda: label.text() == NO_GPU_MESSAGE, timeout=10_000)
     assert label.isVisible()
     assert window.notices.notice("gpu") is None
+
+
+def test_gpu_panel_in_the_window_with_nvml_present(make_window, qtbot):
+    import os
+    import sys
+    from pathlib import Path
+
+    from app.bridge.gpu_poller import GpuPoller
+    from app.gpu.monitor import GpuMonitor
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
+    from fake_nvml import two_gpus
+
+    poller = GpuPoller(GpuMonitor(nvml=two_gpus(os.getpid())), interval_ms=50)
+    window = make_window(SETTINGS, loader=ScriptedLoader(), gpu_poller=poller)
+    panel = window.side_panel.gpu
+    qtbot.waitUntil(lambda: len(panel.rows) == 2, timeout=10_000)
+    assert panel.rows[0].name_label.text() == "NVIDIA GeForce RTX 4090"
+    assert "this app: 1.1 GiB" in panel.rows[0].details_label.text()
+    window.close()
+    assert not poller.running
 
 
 def test_colour_toggle_reaches_view_legend_and_settings(scripted, qtbot):
