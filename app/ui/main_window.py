@@ -97,7 +97,9 @@ class MainWindow(QMainWindow):
         if self.client.parent() is None:
             self.client.setParent(self)
         self._replies: dict[int, ChatMessage] = {}  # request id -> the reply it fills
-        self._load_error = ""
+        self._settings_dialog: SettingsDialog | None = None
+        self._pair_checker = PairChecker(self)
+        self._pair_checker.checked.connect(self._show_pair_check)
 
         self.setWindowTitle(APP_NAME)
         self.setMinimumSize(*MIN_SIZE)
@@ -354,7 +356,6 @@ class MainWindow(QMainWindow):
 
     def _on_loaded(self, info: LoadInfo) -> None:
         self.load_banner.hide()
-        self._load_error = ""
         self.composer.set_ready(True)
         drafter = ("prompt lookup" if info.drafter == "lookup" else f"draft {info.draft_name}"
                    if info.draft_name else "no draft")
@@ -374,7 +375,6 @@ class MainWindow(QMainWindow):
 
     def _on_load_failed(self, message: str) -> None:
         self.load_banner.hide()
-        self._load_error = message
         self.model_label.setText("No model loaded")
         self.side_panel.stats.show_models(None, "not loaded")
         self.composer.set_ready(False)
@@ -397,29 +397,27 @@ class MainWindow(QMainWindow):
     # --- settings -------------------------------------------------------------------------------
 
     def open_settings(self) -> SettingsDialog:
-        """Open the dialog (modeless, so the reply keeps streaming); returns it for tests."""
+        """Open the dialog with ``open()`` (not ``exec()``: replies keep streaming); returns it."""
         dialog = SettingsDialog(self.settings, self)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.compatibility_check_requested.connect(self._check_pair)
         dialog.accepted.connect(lambda: self.apply_settings(dialog.settings()))
+        dialog.finished.connect(lambda _result: self._forget_dialog(dialog))
         self._settings_dialog = dialog
         dialog.open()
         return dialog
 
     def _check_pair(self, target: str, draft: str) -> None:
-        checker = getattr(self, "_pair_checker", None)
-        if checker is None:
-            checker = self._pair_checker = PairChecker(self)
-            checker.checked.connect(self._show_pair_check)
-        checker.check(target, draft)
+        self._pair_checker.check(target, draft)
 
     def _show_pair_check(self, target: str, draft: str, ok: bool, rule: object, reason: str) -> None:
-        dialog = getattr(self, "_settings_dialog", None)
-        if dialog is not None:
-            try:
-                dialog.show_compatibility(target, draft, ok, rule, reason)
-            except RuntimeError:
-                pass  # the dialog closed (and was deleted) before the answer came
+        if self._settings_dialog is not None:
+            self._settings_dialog.show_compatibility(target, draft, ok, rule, reason)
+
+    def _forget_dialog(self, dialog: SettingsDialog) -> None:
+        # Closed dialogs delete themselves; an answer arriving later must not reach one.
+        if self._settings_dialog is dialog:
+            self._settings_dialog = None
 
     def apply_settings(self, settings: Settings) -> None:
         """Use ``settings`` from now on: models reload only when a model setting changed."""
