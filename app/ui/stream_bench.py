@@ -1,6 +1,7 @@
 """Can the window keep up with a fast GPU? A synthetic stream through the real signal path.
 
     python -m app.ui.stream_bench [--rate 2000] [--seconds 10]
+    QT_QPA_PLATFORM=offscreen python -m app.ui.stream_bench     # without a display
 
 A synthetic engine on the real worker thread yields TokenEvents at ``rate``
 tokens/s in rounds, as a speculating GPU would; they travel the same mailbox ->
