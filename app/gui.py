@@ -38,6 +38,7 @@ def launch(args: argparse.Namespace) -> int:
     from PySide6.QtWidgets import QApplication
 
     from app.bridge.async_glue import run_app
+    from app.storage.history import HistoryStore
     from app.storage.settings import load_settings
     from app.ui.main_window import APP_NAME, MainWindow
     from app.ui.resources import icon, style_sheet
@@ -47,9 +48,13 @@ def launch(args: argparse.Namespace) -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setWindowIcon(icon())
     app.setStyleSheet(style_sheet())
-    window = MainWindow(load_settings(), overrides=settings_overrides(args))
-    window.show()
-    return run_app(app)
+    history = HistoryStore.open()  # never raises: a bad file is set aside, with a notice
+    try:
+        window = MainWindow(load_settings(), overrides=settings_overrides(args), history_store=history)
+        window.show()
+        return run_app(app)
+    finally:
+        history.close()  # the window has saved its last reply when it closed
 
 
 def _terminal_chat(args: argparse.Namespace) -> int:

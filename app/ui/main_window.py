@@ -3,11 +3,14 @@
 The window never runs model code: it turns user actions into ``EngineClient``
 requests and engine signals into display calls. Later features attach here:
 
-- a conversation sidebar: ``set_conversation_sidebar(widget)`` puts it left of the chat;
-  the ``conversation_cleared`` / ``user_message_added`` / ``reply_started`` /
-  ``reply_tokens`` / ``reply_finished`` / ``reply_removed`` signals are what a
-  history store needs to record, and ``ChatView.add_user_message`` /
-  ``add_reply(events, stats, status)`` rebuild a stored conversation;
+- chat history: given a ``HistoryStore``, the window builds a ``HistoryController``
+  (app/ui/history_controller.py) that puts a conversation sidebar left of the chat
+  (``set_conversation_sidebar``), records what the ``conversation_cleared`` /
+  ``user_message_added`` / ``reply_started`` / ``reply_tokens`` / ``reply_finished`` /
+  ``reply_removed`` signals report, and rebuilds stored conversations with
+  ``ChatView.add_user_message`` / ``add_reply(events, stats, status)``. Every reply the
+  window started ends with ``reply_finished``, also when New chat, switching
+  conversations or closing the window cuts it off (status 'stopped');
 - per-reply actions (Compare, ...): ``chat_view.add_reply_action(label, tooltip, handler)``;
   ``client.generate(...)`` returns a request id whose ``tokens``/``finished``
   signals the caller can follow (the window ignores ids it did not start).
@@ -15,7 +18,9 @@ requests and engine signals into display calls. Later features attach here:
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QByteArray, Qt, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence
@@ -42,10 +47,14 @@ from app.errors import TandemError
 from app.storage.settings import LoadedSettings, Settings, load_settings, save_settings
 from app.ui.chat_view import ChatView
 from app.ui.composer import Composer, model_files
+from app.ui.history_controller import EXPORT_FORMATS, HistoryController
 from app.ui.message_view import COMPLETE, STOPPED, ChatMessage
 from app.ui.notices import ERROR, INFO, WARNING, NoticeArea
 from app.ui.settings_dialog import GGUF_FILTER, SettingsDialog
 from app.ui.side_panel import SidePanel
+
+if TYPE_CHECKING:
+    from app.storage.history import HistoryStore
 
 APP_NAME = "Tandem"
 MIN_SIZE = (760, 520)
@@ -88,7 +97,7 @@ class MainWindow(QMainWindow):
 
     def __init__(self, loaded: LoadedSettings | None = None, *, client: EngineClient | None = None,
                  gpu_poller: GpuPoller | None = None, overrides: dict | None = None,
-                 parent: QWidget | None = None) -> None:
+                 history_store: HistoryStore | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         loaded = loaded or load_settings()
         self._saved = loaded.settings  # what is on disk; command-line overrides stay out of it
@@ -97,6 +106,7 @@ class MainWindow(QMainWindow):
         if self.client.parent() is None:
             self.client.setParent(self)
         self._replies: dict[int, ChatMessage] = {}  # request id -> the reply it fills
+        self._live_stats: dict[int, Stats] = {}     # request id -> its latest live snapshot
         self._settings_dialog: SettingsDialog | None = None
         self._pair_checker = PairChecker(self)
         self._pair_checker.checked.connect(self._show_pair_check)
@@ -111,6 +121,10 @@ class MainWindow(QMainWindow):
         self._restore_geometry()
         if loaded.notice:
             self.notices.show_notice("settings", loaded.notice, WARNING)
+        # Without a store (tests, the screenshot script) the window keeps nothing.
+        self.history = HistoryController(self, history_store) if history_store is not None else None
+        for action in self._history_actions:
+            action.setVisible(self.history is not None)
 
         self.gpu_poller = gpu_poller or GpuPoller(parent=self)
         self.gpu_poller.status_changed.connect(self.side_panel.gpu.show_status)
@@ -160,6 +174,27 @@ class MainWindow(QMainWindow):
         self.side_panel_action = self._action("Show side &panel", "F9", self._toggle_side_panel, checkable=True)
         self.side_panel_action.setChecked(True)
         self.about_action = self._action("&About Tandem", None, self.show_about)
+        # Chat history (shown only when the window has a history store).
+        self.export_markdown_action = self._action("Export conversation as &Markdown…", None,
+                                                   lambda: self.export_conversation_dialog("markdown"),
+                                                   tip="Save this conversation as a Markdown file")
+        self.export_json_action = self._action("Export conversation as &JSON…", None,
+                                               lambda: self.export_conversation_dialog("json"),
+                                               tip="Save this conversation with token kinds and stats")
+        self.import_action = self._action("&Import conversation…", None, self.import_conversation_dialog,
+                                          tip="Add a conversation exported as JSON")
+        self.search_chats_action = self._action("&Search chats", QKeySequence.StandardKey.Find, self._search_chats,
+                                                tip="Search chat titles and text (Ctrl+F)")
+        self.rename_chat_action = self._action("Re&name chat", "F2", self._rename_chat,
+                                               tip="Rename the selected chat (F2)")
+        # No window-wide Delete shortcut: Delete edits text in the composer. The list
+        # itself deletes the selected chat on Delete.
+        self.delete_chat_action = self._action("&Delete chat", None, self._delete_chat,
+                                               tip="Delete the selected chat (Delete in the list; undo follows)")
+        self._history_actions = (self.export_markdown_action, self.export_json_action, self.import_action,
+                                 self.search_chats_action, self.rename_chat_action, self.delete_chat_action)
+        self.export_markdown_action.setEnabled(False)
+        self.export_json_action.setEnabled(False)
         self.stop_action.setEnabled(False)
 
     def _build_layout(self) -> None:
@@ -210,12 +245,14 @@ class MainWindow(QMainWindow):
     def _build_menus(self) -> None:
         bar = self.menuBar()
         file_menu = bar.addMenu("&File")
-        for action in (self.new_chat_action, None, self.open_target_action, self.open_draft_action, None,
+        for action in (self.new_chat_action, None, self.export_markdown_action, self.export_json_action,
+                       self.import_action, None, self.open_target_action, self.open_draft_action, None,
                        self.settings_action, None, self.quit_action):
             file_menu.addSeparator() if action is None else file_menu.addAction(action)
         chat_menu = bar.addMenu("&Chat")
         for action in (self.stop_action, self.regenerate_action, self.copy_reply_action, None,
-                       self.speculation_action):
+                       self.speculation_action, None, self.search_chats_action, self.rename_chat_action,
+                       self.delete_chat_action):
             chat_menu.addSeparator() if action is None else chat_menu.addAction(action)
         view_menu = bar.addMenu("&View")
         view_menu.addAction(self.colours_action)
@@ -269,12 +306,29 @@ class MainWindow(QMainWindow):
         return self._start_reply()
 
     def new_chat(self) -> None:
-        self.client.stop()
-        self._replies.clear()
-        self.chat_view.clear()
-        self.side_panel.stats.clear_stats()
+        self.clear_chat()
         self.conversation_cleared.emit()
         self.composer.focus()
+
+    def clear_chat(self) -> None:
+        """Empty the conversation on screen; a reply still streaming ends as 'stopped' first."""
+        self._abandon_replies()
+        self.chat_view.clear()
+        self.side_panel.stats.clear_stats()
+
+    def _abandon_replies(self) -> None:
+        # The engine stops within a round; its late tokens and its ``finished`` carry an id
+        # the window no longer follows. The reply keeps what was shown and says so, and
+        # ``reply_finished`` lets the history record it as stopped instead of losing it.
+        self.client.stop()
+        replies, self._replies = self._replies, {}
+        for request_id, reply in replies.items():
+            stats = self._live_stats.pop(request_id, None)
+            if stats is not None:
+                stats.stop_reason = "cancelled"
+            reply.finish(stats, STOPPED)
+            self.reply_finished.emit(reply)
+        self._live_stats.clear()
 
     def copy_last_reply(self) -> None:
         reply = self.chat_view.last_reply()
@@ -309,11 +363,13 @@ class MainWindow(QMainWindow):
             return  # someone else's request (e.g. a Compare run)
         self.chat_view.append_tokens(reply, events)
         if stats is not None:
+            self._live_stats[request_id] = copy.copy(stats)
             self.side_panel.stats.show_stats(stats, live=True)
         self.reply_tokens.emit(reply, events)
 
     def _on_finished(self, request_id: int, stats: Stats) -> None:
         reply = self._replies.pop(request_id, None)
+        self._live_stats.pop(request_id, None)
         if reply is None:
             return
         reply.finish(stats, STOPPED if stats.stop_reason == "cancelled" else COMPLETE)
@@ -322,6 +378,7 @@ class MainWindow(QMainWindow):
 
     def _on_failed(self, request_id: int, message: str) -> None:
         reply = self._replies.pop(request_id, None)
+        self._live_stats.pop(request_id, None)
         if reply is None:
             return
         reply.fail(message)
@@ -334,6 +391,48 @@ class MainWindow(QMainWindow):
         self.regenerate_action.setEnabled(not busy)
         if not busy:
             self.composer.focus()
+
+    # --- chat history ---------------------------------------------------------------------------
+
+    def export_conversation_dialog(self, fmt: str) -> None:
+        if self.history is None or self.history.current_id is None:
+            return
+        suffix, name_filter = EXPORT_FORMATS[fmt]
+        start = Path.home() / (self.history.suggested_file_name() + suffix)
+        path, _ = QFileDialog.getSaveFileName(self, "Export conversation", str(start), name_filter)
+        if path:
+            self.export_conversation(path, fmt)
+
+    def export_conversation(self, path: str | Path, fmt: str) -> Path | None:
+        """Write the open conversation to ``path`` ('markdown' or 'json'); None if nothing was written."""
+        if self.history is None:
+            return None
+        written = self.history.export_current(Path(path), fmt)
+        if written is not None:
+            self.statusBar().showMessage(f"Conversation exported to {written}", 5000)
+        return written
+
+    def import_conversation_dialog(self) -> None:
+        if self.history is None:
+            return
+        path, _ = QFileDialog.getOpenFileName(self, "Import conversation", str(Path.home()),
+                                              EXPORT_FORMATS["json"][1])
+        if path:
+            self.history.import_file(Path(path))
+
+    def _search_chats(self) -> None:
+        if self.history is not None:
+            search = self.history.sidebar.search_edit
+            search.setFocus(Qt.FocusReason.ShortcutFocusReason)
+            search.selectAll()
+
+    def _rename_chat(self) -> None:
+        if self.history is not None:
+            self.history.sidebar.rename_current()
+
+    def _delete_chat(self) -> None:
+        if self.history is not None:
+            self.history.sidebar.delete_current()
 
     # --- models ---------------------------------------------------------------------------------
 
@@ -510,6 +609,9 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802
         geometry = bytes(self.saveGeometry().toBase64()).decode("ascii")
         self._save({"window_geometry": geometry})
+        self._abandon_replies()  # saved as stopped before the history lets go of the store
+        if self.history is not None:
+            self.history.shutdown()
         self.client.shutdown()
         self.gpu_poller.stop()
         super().closeEvent(event)

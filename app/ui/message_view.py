@@ -29,8 +29,12 @@ from app.ui.token_style import TokenStyle, corrected_tooltip
 
 USER, ASSISTANT = "user", "assistant"
 # streaming: tokens still arriving; complete/stopped: done (kept in the conversation);
-# failed: an error ended it before any useful text (left out of the conversation).
+# failed: an error ended it before any useful text (left out of the conversation);
+# interrupted: restored from history, cut off when the app quit mid-reply (kept, marked).
 STREAMING, COMPLETE, STOPPED, FAILED = "streaming", "complete", "stopped", "failed"
+INTERRUPTED = "interrupted"
+STATE_LABELS = {STREAMING: "writing…", STOPPED: "stopped", FAILED: "failed", INTERRUPTED: "interrupted"}
+STATE_TIPS = {INTERRUPTED: "Tandem closed before this reply was finished; this is what was saved."}
 
 ReplyAction = tuple[str, str, Callable[["ChatMessage"], None]]  # label, tooltip, handler
 
@@ -227,8 +231,9 @@ class ChatMessage(QFrame):
         cursor.endEditBlock()
 
     def _show_state(self) -> None:
-        state = {STREAMING: "writing…", STOPPED: "stopped", FAILED: "failed"}.get(self.status, "")
+        state = STATE_LABELS.get(self.status, "")
         self.state_label.setText(state)
+        self.state_label.setToolTip(STATE_TIPS.get(self.status, ""))
         self.state_label.setVisible(bool(state))
         parts = []
         if self.stats is not None and self.role == ASSISTANT:
