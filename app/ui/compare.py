@@ -146,16 +146,16 @@ class Comparison:
             return ("At temperature 0 both runs take the target's most likely token, so this is not a "
                     "speculation error but rounding: verifying a draft scores several tokens in one "
                     "batch, plain decoding scores one at a time, and with F32/F16 weights (on CPU or "
-                    "GPU) the two sums can differ in the last digits — enough to flip the choice "
-                    "between two almost equally likely tokens. From there on each text follows "
-                    "its own first word.")
+                    "GPU) the two results can differ in the last digits — enough to flip the choice "
+                    "between two almost equally likely tokens. After that token the two runs continue "
+                    "from different texts.")
         seeded = ("" if self.sampling.seed is None else
                   " The same seed does not make the runs match: speculation also draws random numbers "
                   "to accept or reject draft tokens, so the two runs use the seed's numbers differently.")
         return (f"At temperature {self.sampling.temperature:g} each run samples its tokens independently, so "
                 "the texts are expected to differ, just as two plain runs would. Speculative decoding is "
                 "lossless in distribution: every token is drawn from exactly the distribution the target "
-                "model alone samples from." + seeded)
+                "model alone samples from. Lossless means the same distribution, not the same text." + seeded)
 
     @property
     def difference_detail(self) -> str:

@@ -158,7 +158,7 @@ class ReplyStatsView(QWidget):
         chart.addSeries(self.rate_series)
         self.average_series = QLineSeries()
         average = stats.tokens_per_second if stats is not None else 0.0
-        last = max([p[0] for p in points], default=stats.tokens if stats is not None else 0)
+        last = max([p[0] for p in points] + [stats.tokens if stats is not None else 0])
         if average > 0:
             self.average_series.setName(f"reply average {average:.1f} tok/s")
             self.average_series.append(QPointF(0, average))
@@ -175,7 +175,10 @@ class ReplyStatsView(QWidget):
         y = QValueAxis()
         top = max([rate for _, rate in points] + [average, 1.0])
         y.setRange(0, top * 1.15)
+        y.setLabelFormat("%.0f")
         y.setTitleText("tokens/s")
+        x.applyNiceNumbers()
+        y.applyNiceNumbers()
         chart.addAxis(x, Qt.AlignmentFlag.AlignBottom)
         chart.addAxis(y, Qt.AlignmentFlag.AlignLeft)
         for series in chart.series():

@@ -171,7 +171,7 @@ def test_real_pair_greedy_is_identical_sampled_differs_as_expected_and_stats_ope
     assert view.rate_series.count() >= 1
 
     # Temperature > 0: the dialog explains that different texts are expected.
-    window.apply_settings(window.settings.replace(temperature=0.9))
+    window.apply_settings(window.settings.replace(temperature=0.9, max_tokens=12))  # short: the words matter here
     sampled = send_and_wait(qtbot, window, "And one about the mountains.")
     with qtbot.waitSignal(compare.comparison_finished, timeout=REPLY_TIMEOUT_MS) as done:
         click(qtbot, sampled.action_buttons[COMPARE_LABEL])
