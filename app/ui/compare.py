@@ -554,5 +554,9 @@ def _menu(window, title: str) -> QMenu | None:
 
 
 def install_compare(window) -> CompareController:
-    """Give ``window`` (a MainWindow) per-reply Compare and Stats; keeps itself alive as a child."""
-    return CompareController(window)
+    """Give ``window`` (a MainWindow) per-reply Compare and Stats; keeps itself alive as a child.
+
+    Idempotent: a second call returns the controller already installed.
+    """
+    existing = window.findChild(CompareController)
+    return existing if existing is not None else CompareController(window)

@@ -100,7 +100,7 @@ def test_compare_reruns_the_same_turn_without_speculation(scripted, qtbot):
 
 
 def test_compare_is_disabled_while_a_reply_is_written(scripted, qtbot):
-    window, compare, _ = scripted(tokens(*["tok "] * 10), delay=0.02)
+    window, compare, _ = scripted(tokens(*["tok "] * 20), delay=0.02)
     reply = window.send("go")
     assert not reply.action_buttons[COMPARE_LABEL].isEnabled()
     assert reply.action_buttons[STATS_LABEL].isEnabled()
@@ -108,6 +108,12 @@ def test_compare_is_disabled_while_a_reply_is_written(scripted, qtbot):
         pass
     assert reply.action_buttons[COMPARE_LABEL].isEnabled()
     assert compare.compare_last_action is not None and compare.compare_last_action.isEnabled()
+    assert install_compare(window) is compare  # installing twice adds nothing
+
+    compare.stats_action.trigger()  # View ▸ Last reply's stats
+    view = compare.stats_view
+    assert view.isVisible() and view.acceptance_set.count() == 0  # the scripted engine drafts nothing
+    assert view.rate_series.count() >= 1
 
 
 def test_compare_shows_progress_and_can_be_cancelled(scripted, qtbot):
