@@ -45,6 +45,7 @@ NOTICE_KEY = "history"             # how the history was opened (moved aside, in
 SAVE_NOTICE_KEY = "history-save"   # the store failing now; cleared when it works again
 FILE_NOTICE_KEY = "history-file"   # an export or import that did not work
 SIDEBAR_WIDTH = 230
+SEARCH_DELAY_MS = 150  # search once typing pauses, not on every key
 NO_SELECTION = -1  # a conversation id that never exists: the sidebar selects nothing
 # How often a reply whose tokens have paused is committed anyway: the writer commits
 # only when told, and a long round must not leave its last tokens unsaved.
@@ -75,7 +76,6 @@ class HistoryController(QObject):
         # signals (selection change, inline edit): refreshes run from the event loop.
         self._refresh_timer = QTimer(self)
         self._refresh_timer.setSingleShot(True)
-        self._refresh_timer.setInterval(0)
         self._refresh_timer.timeout.connect(self.refresh_sidebar)
         self._flush_timer = QTimer(self)
         self._flush_timer.setInterval(FLUSH_INTERVAL_MS)
@@ -96,7 +96,7 @@ class HistoryController(QObject):
         sidebar.rename_requested.connect(self.rename)
         sidebar.delete_requested.connect(self.delete)
         sidebar.undo_delete_requested.connect(self.undo_delete)
-        sidebar.search_changed.connect(lambda _text: self._schedule_refresh())
+        sidebar.search_changed.connect(lambda _text: self._schedule_refresh(SEARCH_DELAY_MS))
 
         if store.notice:
             level = WARNING if store.path is not None else ERROR
@@ -314,8 +314,8 @@ class HistoryController(QObject):
         self._writers.clear()
         self._flush_timer.stop()
 
-    def _schedule_refresh(self) -> None:
-        self._refresh_timer.start()
+    def _schedule_refresh(self, delay_ms: int = 0) -> None:
+        self._refresh_timer.start(delay_ms)
 
     def _selection_id(self) -> int:
         return self.current_id if self.current_id is not None else NO_SELECTION

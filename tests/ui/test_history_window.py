@@ -253,6 +253,12 @@ def test_export_markdown_and_json_from_the_window(history_window, qtbot, tmp_pat
     assert [e.kind for e in window.chat_view.messages()[1].events] == [e.kind for e in MIXED]
     assert len(store.list_conversations()) == 2
 
+    not_an_export = tmp_path / "notes.json"
+    not_an_export.write_text('{"hello": 1}', encoding="utf-8")
+    assert window.history.import_file(not_an_export) is None
+    assert "Not a Tandem conversation export" in window.notices.notice("history-file").text()
+    assert len(store.list_conversations()) == 2
+
 
 def test_sidebar_search_rename_and_delete_with_undo_drive_the_store(history_window, qtbot):
     with HistoryStore.open() as seed:
@@ -333,3 +339,33 @@ def test_a_window_without_a_store_has_no_sidebar_or_history_actions(make_window,
     assert window.history is None
     assert not window.export_markdown_action.isVisible() and not window.search_chats_action.isVisible()
     assert window.splitter.count() == 2
+
+
+def test_the_app_starts_with_its_history_and_sets_a_corrupt_file_aside(qtbot, qasync_loop, monkeypatch, tmp_path):
+    """``app.gui.launch`` opens the store from the data dir, gives it to the window and closes it."""
+    import app.bridge.async_glue
+    import app.ui.resources
+    from app.cli import build_parser
+    from app.gui import launch
+    from PySide6.QtWidgets import QApplication
+
+    database = paths.history_db()
+    database.write_bytes(b"garbage" * 50)
+    seen = {}
+
+    def run_app(_app):
+        [window] = [w for w in QApplication.topLevelWidgets() if hasattr(w, "history") and w.isVisible()]
+        seen["sidebar"] = window.history.sidebar.isVisibleTo(window)
+        seen["notice"] = window.notices.notice("history").text()
+        seen["store"] = window.history.store
+        window.close()
+        return 0
+
+    monkeypatch.setattr(app.bridge.async_glue, "run_app", run_app)
+    monkeypatch.setattr(app.ui.resources, "style_sheet", lambda: "")  # keep the test app's look
+    assert launch(build_parser().parse_args(["--target", str(tmp_path / "missing.gguf")])) == 0
+
+    assert seen["sidebar"] and "moved to" in seen["notice"] and str(database.parent) in seen["notice"]
+    assert seen["store"].path == database and database.exists()
+    with pytest.raises(Exception, match="closed"):
+        seen["store"].list_conversations()  # closed when the app ended
