@@ -19,7 +19,7 @@ import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from PySide6.QtCore import QObject, QTimer
+from PySide6.QtCore import QObject, Qt, QTimer
 
 from app.engine.types import Stats, TokenEvent, TokenKind
 from app.errors import TandemError
@@ -67,6 +67,9 @@ class HistoryController(QObject):
         self.sidebar = sidebar or ConversationSidebar(window)
         self.sidebar.setObjectName("conversationSidebar")
         self.sidebar.setMinimumWidth(180)
+        # Long titles end in "…" rather than widening the list behind a scroll bar.
+        self.sidebar.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.sidebar.list.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.current_id: int | None = None
         self._stored_ids: dict[ChatMessage, int] = {}   # messages on screen -> their rows
         self._writers: dict[ChatMessage, ReplyWriter] = {}
