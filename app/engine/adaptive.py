@@ -20,6 +20,7 @@ PROBE_EVERY = 16       # plain rounds between probes once speculation stopped pa
 EXPLORE_EVERY = 8      # every so often draft one token more or less, to measure other batch sizes
 AUTO_P_MIN = 0.1       # with auto, a draft token this unlikely is not worth verifying
 _DECAY = 0.95          # weight of history in the running estimates
+WARMUP_ROUNDS = 8      # speculate at least this long before judging that it does not pay
 _PRIOR_ACCEPT = 0.8    # optimistic, so speculation is tried before it is judged
 _BATCH_SLOPE = 0.15    # assumed extra cost per verified token before two sizes are measured
 
@@ -29,8 +30,10 @@ class DraftLengthPolicy:
         self.accept = [_PRIOR_ACCEPT] * AUTO_MAX   # a_i per position
         self.draft_step: float | None = None       # seconds per drafted token
         self.verify: dict[int, float] = {}         # batch size -> seconds
+        self._samples: dict[object, int] = {}      # how many measurements each estimate has
         self._since_probe = 0
         self._rounds = 0
+        self._judged = 0                           # rounds whose drafts the target judged
 
     # -- choosing ---------------------------------------------------------
     def draft_length(self, spec: SpecConfig, limit: int) -> int:
@@ -55,6 +58,8 @@ class DraftLengthPolicy:
         if self.draft_step is None or not self.verify:
             return 4  # nothing measured yet
         best_k, best_rate = 0, 1.0 / self.verify_cost(1)
+        if self._judged < WARMUP_ROUNDS:
+            best_rate = 0.0  # too few rounds to conclude that plain decoding is faster
         expected, reach = 1.0, 1.0
         for k in range(1, AUTO_MAX + 1):
             reach *= self.accept[k - 1]
@@ -81,17 +86,28 @@ class DraftLengthPolicy:
     # -- learning -----------------------------------------------------------
     def observe_draft(self, n_tokens: int, seconds: float) -> None:
         if n_tokens:
-            per_token = seconds / n_tokens
-            self.draft_step = per_token if self.draft_step is None else _mix(self.draft_step, per_token)
+            self.draft_step = self._update("draft", self.draft_step, seconds / n_tokens)
 
     def observe_verify(self, batch: int, seconds: float) -> None:
-        old = self.verify.get(batch)
-        self.verify[batch] = seconds if old is None else _mix(old, seconds)
+        self.verify[batch] = self._update(batch, self.verify.get(batch), seconds)
 
     def observe_round(self, drafted: int, accepted: int) -> None:
+        if drafted:
+            self._judged += 1
         # Positions past the first rejection were never judged: leave them be.
         for i in range(min(drafted, accepted + 1, AUTO_MAX)):
             self.accept[i] = _mix(self.accept[i], 1.0 if i < accepted else 0.0)
+
+    def _update(self, key: object, old: float | None, new: float) -> float:
+        """A running mean at first, then a moving average; one stall (another process
+        taking the CPU) moves the estimate by at most 3x, so it cannot switch
+        speculation off for long on its own."""
+        n = self._samples[key] = self._samples.get(key, 0) + 1
+        if old is None:
+            return new
+        new = min(max(new, old / 3), old * 3)
+        weight = max(1.0 / n, 1 - _DECAY)
+        return (1 - weight) * old + weight * new
 
 
 def _mix(old: float, new: float) -> float:

@@ -46,6 +46,7 @@ from app.engine.types import SamplingConfig, SpecConfig, Stats, TokenEvent
 from app.errors import TandemError
 from app.storage.settings import LoadedSettings, Settings, load_settings, save_settings
 from app.ui.chat_view import ChatView
+from app.ui.compare import install_compare
 from app.ui.composer import Composer, model_files
 from app.ui.history_controller import EXPORT_FORMATS, HistoryController
 from app.ui.message_view import COMPLETE, STOPPED, ChatMessage
@@ -125,6 +126,7 @@ class MainWindow(QMainWindow):
         self.history = HistoryController(self, history_store) if history_store is not None else None
         for action in self._history_actions:
             action.setVisible(self.history is not None)
+        self.compare = install_compare(self)
 
         self.gpu_poller = gpu_poller or GpuPoller(parent=self)
         self.gpu_poller.status_changed.connect(self.side_panel.gpu.show_status)

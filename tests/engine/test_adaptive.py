@@ -11,6 +11,7 @@ def trained(accept: float, draft_step: float, verify: dict[int, float], rounds: 
     policy.draft_step = draft_step
     policy.verify = dict(verify)
     policy.accept = [accept] * AUTO_MAX
+    policy._judged = rounds
     return policy
 
 
@@ -37,6 +38,7 @@ def test_learning_from_rounds_moves_the_estimates():
     policy = DraftLengthPolicy()
     for _ in range(100):
         policy.observe_round(drafted=4, accepted=0)
+    assert policy._judged == 100
     assert policy.accept[0] < 0.05
     assert policy.accept[1] == 0.8  # never judged: still the prior
     policy.observe_draft(4, 0.4)
@@ -52,3 +54,13 @@ def test_fixed_draft_max_is_respected_and_capped_by_room():
     assert policy.draft_length(SpecConfig(draft_max=6), 2) == 2
     assert policy.p_min(SpecConfig(draft_max=6, p_min=0.0)) == 0.0
     assert policy.p_min(AUTO) > 0.0
+
+
+def test_warm_up_keeps_speculating_and_one_stall_does_not_switch_it_off():
+    policy = DraftLengthPolicy()
+    policy.observe_verify(1, 0.020)
+    policy.observe_verify(6, 0.030)
+    policy.observe_draft(5, 5 * 0.005)
+    policy.observe_draft(5, 5 * 2.0)  # the machine stalled during one draft
+    assert policy.draft_step <= 3 * 0.005 * 1.01
+    assert policy.best_length() >= 1  # still warming up: keeps drafting
