@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.errors import TandemError
+from app.engine.adaptive import DraftLengthPolicy
 from app.engine.types import SamplingConfig, SpecConfig, Stats
 
 DEFAULT_PROMPTS = Path(__file__).resolve().parent.parent.parent / "shared" / "benchmarks" / "spec_bench_dev.jsonl"
@@ -43,6 +44,7 @@ class Tally:
     spec_seconds: float = 0.0
     drafted: int = 0
     accepted: int = 0
+    rejections: int = 0
     rounds: int = 0
     spec_rounds: int = 0
     python_seconds: float = 0.0
@@ -56,6 +58,7 @@ class Tally:
         self.spec_seconds += spec.seconds
         self.drafted += spec.drafted
         self.accepted += spec.accepted
+        self.rejections += spec.rejections
         self.rounds += spec.rounds
         self.python_seconds += spec.python_seconds + plain.python_seconds
 
@@ -63,8 +66,12 @@ class Tally:
         plain_tps = self.plain_tokens / self.plain_seconds if self.plain_seconds else 0.0
         spec_tps = self.spec_tokens / self.spec_seconds if self.spec_seconds else 0.0
         acceptance = self.accepted / self.drafted if self.drafted else 0.0
+        # α for the formula: the per-token acceptance probability (MLE), not accepted/drafted,
+        # which also counts drafts after a rejection that were never judged.
+        judged = self.accepted + self.rejections
+        alpha = self.accepted / judged if judged else 0.0
         k = self.drafted / self.rounds if self.rounds else 0.0  # mean draft length per round
-        ideal = ideal_speedup(acceptance, k, costs.c, costs.v(k))
+        ideal = ideal_speedup(alpha, k, costs.c, costs.v(k))
         speedup = spec_tps / plain_tps if plain_tps else 0.0
         return {
             "prompts": self.prompts,
@@ -72,6 +79,7 @@ class Tally:
             "spec_tokens_per_second": round(spec_tps, 3),
             "speedup": round(speedup, 4),
             "acceptance": round(acceptance, 4),
+            "alpha": round(alpha, 4),
             "tokens_per_round": round(self.spec_tokens / self.rounds, 4) if self.rounds else 0.0,
             "mean_draft_length": round(k, 3),
             "c": round(costs.c, 4),
@@ -180,7 +188,11 @@ def run_bench(engine, target, prompts: list[BenchPrompt], draft_settings: list[i
     tallies: dict[str, dict[str, Tally]] = {str(s): defaultdict(Tally) for s in draft_settings}
     total = len(prompts) * len(draft_settings)
     done = 0
+    costs: dict[str, Costs] = {}
     for setting in draft_settings:
+        # A fresh cost model per setting, so one setting's measurements (or auto's
+        # choices) do not colour another's figures.
+        engine.policy = DraftLengthPolicy()
         spec = SpecConfig(enabled=True, draft_max=setting)
         for index, prompt in enumerate(prompts):
             tokens = chat_tokens(target, build_messages([("user", prompt.text)]))
@@ -196,12 +208,13 @@ def run_bench(engine, target, prompts: list[BenchPrompt], draft_settings: list[i
             done += 1
             if progress:
                 progress(f"bench draft_max={setting}", done, total)
-    costs = measured_costs(engine)
+        costs[str(setting)] = measured_costs(engine)
     report = {}
     for setting, by_key in tallies.items():
         report[setting] = {
-            "by_category": {cat: t.report(costs) for cat, t in sorted(by_key.items()) if cat != "overall"},
-            "overall": by_key["overall"].report(costs),
+            "by_category": {cat: t.report(costs[setting]) for cat, t in sorted(by_key.items())
+                            if cat != "overall"},
+            "overall": by_key["overall"].report(costs[setting]),
         }
     return report
 

@@ -21,7 +21,7 @@ EXPLORE_EVERY = 8      # every so often draft one token more or less, to measure
 AUTO_P_MIN = 0.1       # with auto, a draft token this unlikely is not worth verifying
 _DECAY = 0.95          # weight of history in the running estimates
 WARMUP_ROUNDS = 8      # speculate at least this long before judging that it does not pay
-_PRIOR_ACCEPT = 0.8    # optimistic, so speculation is tried before it is judged
+_PRIOR_ACCEPT = 0.9    # optimistic, so speculation is tried before it is judged
 _BATCH_SLOPE = 0.15    # assumed extra cost per verified token before two sizes are measured
 
 
@@ -34,6 +34,7 @@ class DraftLengthPolicy:
         self._since_probe = 0
         self._rounds = 0
         self._judged = 0                           # rounds whose drafts the target judged
+        self._depth = 0                            # deepest draft position ever judged
 
     # -- choosing ---------------------------------------------------------
     def draft_length(self, spec: SpecConfig, limit: int) -> int:
@@ -62,12 +63,19 @@ class DraftLengthPolicy:
             best_rate = 0.0  # too few rounds to conclude that plain decoding is faster
         expected, reach = 1.0, 1.0
         for k in range(1, AUTO_MAX + 1):
-            reach *= self.accept[k - 1]
+            reach *= self._acceptance_at(k - 1)
             expected += reach
             rate = expected / (k * self.draft_step + self.verify_cost(k + 1))
             if rate > best_rate:
                 best_k, best_rate = k, rate
         return best_k
+
+    def _acceptance_at(self, position: int) -> float:
+        """Positions never judged borrow the deepest judged one's estimate: acceptance
+        deep in a draft is, if anything, higher (a draft that got that far is on track)."""
+        if self._depth and position >= self._depth:
+            return self.accept[self._depth - 1]
+        return self.accept[position]
 
     def verify_cost(self, batch: int) -> float:
         """Seconds to verify ``batch`` tokens: measured, or from a line through what was."""
@@ -95,7 +103,9 @@ class DraftLengthPolicy:
         if drafted:
             self._judged += 1
         # Positions past the first rejection were never judged: leave them be.
-        for i in range(min(drafted, accepted + 1, AUTO_MAX)):
+        judged = min(drafted, accepted + 1, AUTO_MAX)
+        self._depth = max(self._depth, judged)
+        for i in range(judged):
             self.accept[i] = _mix(self.accept[i], 1.0 if i < accepted else 0.0)
 
     def _update(self, key: object, old: float | None, new: float) -> float:

@@ -26,6 +26,10 @@ class Draft:
     # the rejection rule needs exactly that q) and the drafter's probability of it.
     q: list[np.ndarray] = field(default_factory=list)
     probs: list[float] = field(default_factory=list)
+    # Seconds per single-token draft step, for the cost model. Catching up on
+    # tokens the drafter had not seen (after plain rounds) is left out: it is one
+    # batch, whose cost says nothing about the next draft step.
+    step_seconds: list[float] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -74,7 +78,10 @@ class ModelDrafter:
             started = time.perf_counter()
             logits = self._fit_vocab(self.model.evaluate(pending, [len(pending) - 1])[0],
                                      sampling.ignore_eos)
-            self.seconds += time.perf_counter() - started
+            elapsed = time.perf_counter() - started
+            self.seconds += elapsed
+            if len(pending) == 1:
+                draft.step_seconds.append(elapsed)
             token, prob, q = self._choose(logits, sampling, rng)
             if prob < p_min:
                 break
@@ -139,6 +146,7 @@ class LookupDrafter:
     def propose(self, context: Sequence[int], n_max: int, sampling: SamplingConfig,
                 rng: np.random.Generator, p_min: float) -> Draft:
         draft = Draft()
+        started = time.perf_counter()
         tokens = list(context)
         for n in range(self._ngram_max, self._ngram_min - 1, -1):
             if len(tokens) <= n:
@@ -152,6 +160,8 @@ class LookupDrafter:
             if draft.tokens:
                 break
         draft.probs = [1.0] * len(draft.tokens)
+        if draft.tokens:
+            draft.step_seconds = [(time.perf_counter() - started) / len(draft.tokens)] * len(draft.tokens)
         if not sampling.greedy:
             # A deterministic proposal is a one-hot q: the rejection rule then
             # keeps d with probability p(d) and resamples from p without d.

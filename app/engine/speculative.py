@@ -98,9 +98,8 @@ class SpeculativeEngine:
                 if spec is not None:
                     k = self.policy.draft_length(spec, room - 1)
                     if k >= spec.draft_min:
-                        t = time.perf_counter()
                         draft = self.drafter.propose(committed, k, sampling, rng, self.policy.p_min(spec))
-                        self.policy.observe_draft(len(draft), time.perf_counter() - t)
+                        self.policy.observe_draft(len(draft.step_seconds), sum(draft.step_seconds))
                         if len(draft) < spec.draft_min:
                             draft = Draft()
 
@@ -127,6 +126,7 @@ class SpeculativeEngine:
                 stats.rounds += 1
                 stats.drafted += len(draft)
                 stats.accepted += n_accepted
+                stats.rejections += n_accepted < len(draft)
                 for i in range(len(draft)):
                     stats.count_position(i, i < n_accepted)
                 self.policy.observe_round(len(draft), n_accepted)

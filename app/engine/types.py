@@ -63,6 +63,7 @@ class Stats:
     rounds: int = 0          # target forward passes that produced tokens
     drafted: int = 0
     accepted: int = 0
+    rejections: int = 0      # rounds that ended with a correction
     accepted_by_position: list[int] = field(default_factory=list)
     drafted_by_position: list[int] = field(default_factory=list)
     prompt_tokens: int = 0
@@ -78,6 +79,13 @@ class Stats:
     @property
     def acceptance(self) -> float:
         return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def alpha(self) -> float:
+        """Per-token acceptance probability (maximum-likelihood, i.i.d. model): the α of
+        DESIGN.md §2. Unlike accepted/drafted it does not count drafts never judged."""
+        judged = self.accepted + self.rejections
+        return self.accepted / judged if judged else 0.0
 
     @property
     def tokens_per_round(self) -> float:
@@ -110,6 +118,7 @@ class Stats:
             "drafted": self.drafted,
             "accepted": self.accepted,
             "acceptance": round(self.acceptance, 4),
+            "alpha": round(self.alpha, 4),
             "tokens_per_round": round(self.tokens_per_round, 4),
             "tokens_per_second": round(self.tokens_per_second, 3),
             "acceptance_by_position": [round(a, 4) for a in self.acceptance_by_position],

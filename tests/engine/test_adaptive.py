@@ -40,7 +40,7 @@ def test_learning_from_rounds_moves_the_estimates():
         policy.observe_round(drafted=4, accepted=0)
     assert policy._judged == 100
     assert policy.accept[0] < 0.05
-    assert policy.accept[1] == 0.8  # never judged: still the prior
+    assert policy.accept[1] == 0.9  # never judged: still the prior
     policy.observe_draft(4, 0.4)
     policy.observe_verify(1, 1.0)
     policy.observe_verify(5, 1.4)
