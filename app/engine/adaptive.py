@@ -5,7 +5,8 @@ drafts 1..i-1 were), a round that drafts k tokens emits
     E(k) = 1 + a_1 + a_1 a_2 + ... + a_1 ... a_k
 tokens and costs k * t_draft + t_verify(k + 1); plain decoding emits one token
 per t_verify(1). The policy measures those costs as it goes and drafts the k
-that maximises tokens per second, or nothing when no k beats plain decoding,
+that maximises tokens per second (a drafting round also pays a fixed overhead),
+or nothing when no k beats plain decoding,
 then probes again now and then in case the text became predictable.
 """
 
@@ -29,6 +30,7 @@ class DraftLengthPolicy:
     def __init__(self) -> None:
         self.accept = [_PRIOR_ACCEPT] * AUTO_MAX   # a_i per position
         self.draft_step: float | None = None       # seconds per drafted token
+        self.round_overhead = 0.0                  # seconds a drafting round costs beyond its steps
         self.verify: dict[int, float] = {}         # batch size -> seconds
         self._samples: dict[object, int] = {}      # how many measurements each estimate has
         self._since_probe = 0
@@ -65,7 +67,7 @@ class DraftLengthPolicy:
         for k in range(1, AUTO_MAX + 1):
             reach *= self._acceptance_at(k - 1)
             expected += reach
-            rate = expected / (k * self.draft_step + self.verify_cost(k + 1))
+            rate = expected / (k * self.draft_step + self.verify_cost(k + 1) + self.round_overhead)
             if rate > best_rate:
                 best_k, best_rate = k, rate
         return best_k
@@ -96,6 +98,13 @@ class DraftLengthPolicy:
         if n_tokens:
             self.draft_step = self._update("draft", self.draft_step, seconds / n_tokens)
 
+    def observe_overhead(self, seconds: float) -> None:
+        """What a drafting round cost beyond its draft steps and its verification: the
+        draft catching up after a fully accepted round, rollback, Python. Fixed per
+        round, it is what makes longer drafts pay."""
+        self.round_overhead = self._update("overhead", self.round_overhead if "overhead" in self._samples
+                                           else None, max(seconds, 0.0))
+
     def observe_verify(self, batch: int, seconds: float) -> None:
         self.verify[batch] = self._update(batch, self.verify.get(batch), seconds)
 
@@ -115,7 +124,8 @@ class DraftLengthPolicy:
         n = self._samples[key] = self._samples.get(key, 0) + 1
         if old is None:
             return new
-        new = min(max(new, old / 3), old * 3)
+        if old > 0:
+            new = min(max(new, old / 3), old * 3)
         weight = max(1.0 / n, 1 - _DECAY)
         return (1 - weight) * old + weight * new
 

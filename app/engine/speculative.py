@@ -94,6 +94,7 @@ class SpeculativeEngine:
                     return
 
                 # 1. Draft.
+                round_started = time.perf_counter()
                 draft = Draft()
                 if spec is not None:
                     k = self.policy.draft_length(spec, room - 1)
@@ -130,6 +131,9 @@ class SpeculativeEngine:
                 for i in range(len(draft)):
                     stats.count_position(i, i < n_accepted)
                 self.policy.observe_round(len(draft), n_accepted)
+                if draft.tokens:
+                    self.policy.observe_overhead(
+                        time.perf_counter() - round_started - elapsed - sum(draft.step_seconds))
 
                 for event in self._events(draft, n_accepted, token, detok):
                     if event.id in target.eog_ids and masked is None:
