@@ -1,0 +1,72 @@
+"""The llama.cpp backend on the real demo models: logits where asked, rollback, failures."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from app.backends.llama_cpp_backend import LlamaBackend, system_info
+from app.engine.errors import ContextOverflowError, ModelFileError
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "engine"))
+from gguf_factory import write_vocab_gguf  # noqa: E402
+
+
+def test_logits_only_at_requested_positions(q41_target):
+    q41_target.trim(0)
+    tokens = q41_target.tokenize("The quick brown fox jumps", add_special=False, parse_special=False)
+    rows = q41_target.evaluate(tokens, [1, len(tokens) - 1])
+    assert rows.shape == (2, q41_target.n_vocab) and rows.dtype == np.float32
+    assert q41_target.tokens == tokens
+    assert q41_target.evaluate([42], []).shape == (0, q41_target.n_vocab)
+
+
+def test_batched_equals_single_token_for_quantized_weights_and_trim_rolls_back(q41_target):
+    """The strict losslessness tests rely on this: Q4_1 on CPU is batch-invariant."""
+    prompt = q41_target.tokenize("Once upon a time, in a land far away,", add_special=False, parse_special=False)
+    q41_target.trim(0)
+    batched = q41_target.evaluate(prompt, range(len(prompt)))
+    q41_target.trim(0)
+    single = np.stack([q41_target.evaluate([t], [0])[0] for t in prompt])
+    assert np.array_equal(batched, single)
+    # Roll back three tokens and evaluate them again: same logits, same cache length.
+    q41_target.trim(len(prompt) - 3)
+    again = q41_target.evaluate(prompt[-3:], [0, 1, 2])
+    assert np.array_equal(again, batched[-3:])
+    assert len(q41_target.tokens) == len(prompt)
+
+
+def test_tokenize_and_token_bytes_round_trip(q41_target):
+    text = "Grüße, 世界! 🙂"
+    ids = q41_target.tokenize(text, add_special=False, parse_special=False)
+    assert b"".join(q41_target.token_bytes(t) for t in ids).decode("utf-8") == text
+    assert q41_target.token_text(q41_target.eos_id) == "<|im_end|>"
+    assert q41_target.eos_id in q41_target.eog_ids
+
+
+def test_context_overflow_is_refused_before_llama_cpp_sees_it(demo_models):
+    model = LlamaBackend(demo_models.draft, n_ctx=256)
+    try:
+        with pytest.raises(ContextOverflowError, match="context"):
+            model.evaluate([100] * (model.n_ctx + 1), [])
+        assert model.tokens == []
+    finally:
+        model.close()
+
+
+def test_valid_header_without_weights_fails_with_a_reason(tmp_path):
+    path = write_vocab_gguf(tmp_path / "vocab-only.gguf")
+    with pytest.raises(ModelFileError) as info:
+        LlamaBackend(path, n_ctx=256)
+    message = str(info.value)
+    assert message.startswith("vocab-only.gguf: llama.cpp could not load the model (")
+    assert "no reason given" not in message and "\n" not in message
+
+
+def test_system_info_names_the_backend():
+    info = system_info()
+    assert info["backend"] in {"CPU", "CUDA", "Metal", "GPU"}
+    assert info["llama_cpp_python"] >= "0.3.36"
