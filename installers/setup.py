@@ -85,8 +85,8 @@ def main() -> int:
     action = parser.add_mutually_exclusive_group()
     action.add_argument("--run", action="store_true", help="launch Tandem after installing")
     action.add_argument("--test", action="store_true", help="run the test suite after installing")
-    parser.add_argument("app_args", nargs=argparse.REMAINDER, help="passed to tandem (--run) or pytest (--test)")
-    args = parser.parse_args()
+    # Anything else is passed on: to tandem with --run, to pytest with --test.
+    args, passed_on = parser.parse_known_args()
     install(with_tests=args.test)
     python = str(venv_python())
     if args.test:
@@ -94,9 +94,9 @@ def main() -> int:
         contracts = subprocess.run([str(VENV / "bin" / "lint-imports")])
         if contracts.returncode != 0:
             return contracts.returncode
-        return subprocess.run([python, "-m", "pytest", *args.app_args]).returncode
+        return subprocess.run([python, "-m", "pytest", *passed_on]).returncode
     if args.run:
-        return subprocess.run([python, "-m", "app", *args.app_args]).returncode
+        return subprocess.run([python, "-m", "app", *passed_on]).returncode
     return 0
 
 
