@@ -89,6 +89,16 @@ class LlamaModels:
     def prompt(self, history: Sequence[tuple[str, str]], system_prompt: str) -> list[int]:
         return chat_tokens(self._pair.target, build_messages(history, system_prompt))
 
+    def self_test(self):
+        """The ``--self-test`` checks on the loaded pair (Help → Check speculation)."""
+        from app.gpu.monitor import GpuMonitor
+        from app.selftest import run_checks
+
+        monitor = GpuMonitor()
+        status = monitor.poll()
+        monitor.close()
+        return run_checks(self._pair, ", ".join(g.name for g in status.gpus) if status.available else "")
+
     def close(self) -> None:
         self._pair.close()
 

@@ -100,6 +100,7 @@ class EngineWorker(QObject):
     tokens_ready = Signal()
     finished = Signal(int, object)         # request id, Stats
     failed = Signal(int, str)              # request id, one-line message
+    checked = Signal(object)               # SelfTestReport, or a one-line message
 
     def __init__(self, loader: Loader, mailbox: TokenMailbox, home: QThread) -> None:
         super().__init__()
@@ -167,6 +168,17 @@ class EngineWorker(QObject):
         self.finished.emit(request.id, stats_snapshot(generation.stats))
 
     @Slot()
+    def check(self) -> None:
+        """Help → Check speculation: the self-test, here where the models live."""
+        if self._models is None or not hasattr(self._models, "self_test"):
+            self.checked.emit("No model is loaded; check the model settings.")
+            return
+        try:
+            self.checked.emit(self._models.self_test())
+        except Exception as exc:  # noqa: BLE001
+            self.checked.emit(one_line(exc))
+
+    @Slot()
     def close(self) -> None:
         self._close_models()
         # Back to the owner's thread before this one ends, so Python may delete us there.
@@ -198,9 +210,11 @@ class EngineClient(QObject):
     finished = Signal(int, object)
     failed = Signal(int, str)
     busy_changed = Signal(bool)
+    checked = Signal(object)               # SelfTestReport, or a one-line message
 
     _load_requested = Signal(int, object)
     _generate_requested = Signal(object)
+    _check_requested = Signal()
     _close_requested = Signal()
 
     def __init__(self, loader: Loader = load_llama_models, parent: QObject | None = None) -> None:
@@ -213,6 +227,8 @@ class EngineClient(QObject):
         self._load_requested.connect(self._worker.load)
         self._generate_requested.connect(self._worker.generate)
         self._close_requested.connect(self._worker.close)
+        self._check_requested.connect(self._worker.check)
+        self._worker.checked.connect(self.checked)
         self._worker.progress.connect(self.load_progress)
         self._worker.loaded.connect(self._on_loaded)
         self._worker.load_failed.connect(self._on_load_failed)
@@ -291,6 +307,10 @@ class EngineClient(QObject):
         if not was_busy:
             self.busy_changed.emit(True)
         return request.id
+
+    def check_speculation(self) -> None:
+        """Run the self-test on the worker thread; the answer comes as ``checked``."""
+        self._check_requested.emit()
 
     def stop(self, request_id: int | None = None) -> None:
         """Ask a reply (default: every reply) to stop; the engine stops within one round."""

@@ -176,6 +176,8 @@ class MainWindow(QMainWindow):
         self.side_panel_action = self._action("Show side &panel", "F9", self._toggle_side_panel, checkable=True)
         self.side_panel_action.setChecked(True)
         self.about_action = self._action("&About Tandem", None, self.show_about)
+        self.check_action = self._action("&Check speculation", None, self.check_speculation,
+                                         tip="Generate 64 tokens with and without speculation and compare")
         # Chat history (shown only when the window has a history store).
         self.export_markdown_action = self._action("Export conversation as &Markdown…", None,
                                                    lambda: self.export_conversation_dialog("markdown"),
@@ -259,7 +261,9 @@ class MainWindow(QMainWindow):
         view_menu = bar.addMenu("&View")
         view_menu.addAction(self.colours_action)
         view_menu.addAction(self.side_panel_action)
-        bar.addMenu("&Help").addAction(self.about_action)
+        help_menu = bar.addMenu("&Help")
+        help_menu.addAction(self.check_action)
+        help_menu.addAction(self.about_action)
 
     def _connect_client(self) -> None:
         client = self.client
@@ -553,6 +557,31 @@ class MainWindow(QMainWindow):
 
     def _toggle_side_panel(self, on: bool) -> None:
         self.side_panel.setVisible(on)
+
+    def check_speculation(self) -> None:
+        """Help → Check speculation: the self-test on the loaded pair, off the UI thread."""
+        if self.client.busy or self.client.loading:
+            self.notices.show_notice("check", "Wait for the current reply or load to finish first.", INFO)
+            return
+        self.check_action.setEnabled(False)
+        self.statusBar().showMessage("Checking speculation (64 tokens with and without a draft)…")
+        self.client.checked.connect(self._show_check_result, Qt.ConnectionType.SingleShotConnection)
+        self.client.check_speculation()
+
+    def _show_check_result(self, report) -> None:
+        self.check_action.setEnabled(True)
+        self.statusBar().clearMessage()
+        box = QMessageBox(self)
+        box.setWindowTitle("Check speculation")
+        box.setTextFormat(Qt.TextFormat.PlainText)
+        if isinstance(report, str):
+            box.setIcon(QMessageBox.Icon.Warning)
+            box.setText(report)
+        else:
+            box.setIcon(QMessageBox.Icon.Information if report.ok else QMessageBox.Icon.Warning)
+            box.setText("\n".join(report.lines()))
+        self.last_check = report
+        box.open()
 
     def show_about(self) -> None:
         box = QMessageBox(self)

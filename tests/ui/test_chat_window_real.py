@@ -122,3 +122,16 @@ def test_settings_dialog_checks_the_pair_without_blocking(demo_window, qtbot, in
     qtbot.waitUntil(lambda: label.text().startswith("✗"), timeout=REPLY_TIMEOUT_MS)
     assert "rule: vocab_type" in label.text()
     dialog.reject()
+
+
+def test_help_check_speculation_runs_the_self_test_on_the_loaded_pair(demo_window, qtbot):
+    window = demo_window()
+    with qtbot.waitSignal(window.client.checked, timeout=REPLY_TIMEOUT_MS * 3) as blocker:
+        window.check_action.trigger()
+    report = blocker.args[0]
+    assert not isinstance(report, str), report
+    assert report.compatible and report.backend == "CPU"
+    assert report.acceptance > 0.5 and report.spec_tokens_per_second > 0
+    assert report.ok, "\n".join(report.lines())
+    qtbot.waitUntil(lambda: window.check_action.isEnabled())
+    assert window.last_check is report
