@@ -30,6 +30,7 @@ class Draft:
     # tokens the drafter had not seen (after plain rounds) is left out: it is one
     # batch, whose cost says nothing about the next draft step.
     step_seconds: list[float] = field(default_factory=list)
+    catchup_seconds: float = 0.0  # that catching up (more than the usual [d_k, bonus])
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -82,6 +83,8 @@ class ModelDrafter:
             self.seconds += elapsed
             if len(pending) == 1:
                 draft.step_seconds.append(elapsed)
+            elif len(pending) > 2:
+                draft.catchup_seconds += elapsed
             token, prob, q = self._choose(logits, sampling, rng)
             if prob < p_min:
                 break

@@ -132,8 +132,8 @@ class SpeculativeEngine:
                     stats.count_position(i, i < n_accepted)
                 self.policy.observe_round(len(draft), n_accepted)
                 if draft.tokens:
-                    self.policy.observe_overhead(
-                        time.perf_counter() - round_started - elapsed - sum(draft.step_seconds))
+                    self.policy.observe_overhead(time.perf_counter() - round_started - elapsed
+                                                 - sum(draft.step_seconds) - draft.catchup_seconds)
 
                 for event in self._events(draft, n_accepted, token, detok):
                     if event.id in target.eog_ids and masked is None:
