@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.errors import TandemError
+from app.prompt_files import read_jsonl
 from app.engine.adaptive import DraftLengthPolicy
 from app.engine.types import SamplingConfig, SpecConfig, Stats
 
@@ -121,22 +122,12 @@ def ideal_speedup(acceptance: float, k: float, c: float, v: float) -> float:
 
 
 def read_prompts(path: Path, limit: int | None, categories: set[str] | None) -> list[BenchPrompt]:
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise BenchError(f"Cannot read {path}: {exc.strerror or exc}") from None
-    prompts = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-            text = record["turns"][0] if "turns" in record else record["prompt"]
-        except (json.JSONDecodeError, KeyError, IndexError, TypeError):
-            raise BenchError(f'{path}:{number}: expected Spec-Bench "turns" or a "prompt"') from None
-        category = str(record.get("category", "all"))
-        if categories is None or category in categories:
-            prompts.append(BenchPrompt(category, str(text)))
+    def parse(record: dict) -> BenchPrompt:
+        text = record["turns"][0] if "turns" in record else record["prompt"]
+        return BenchPrompt(str(record.get("category", "all")), str(text))
+
+    prompts = [p for p in read_jsonl(path, parse, error=BenchError, expected='Spec-Bench "turns" or a "prompt"')
+               if categories is None or p.category in categories]
     if limit:
         # Keep every category represented: take prompts round-robin across them.
         by_cat: dict[str, list[BenchPrompt]] = defaultdict(list)

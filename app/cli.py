@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Sequence
 
 from app.errors import TandemError
+from app.prompt_files import read_jsonl
 from app.engine.types import SamplingConfig, SpecConfig
 
 
@@ -191,19 +192,8 @@ class PromptJob:
 
 
 def _read_prompts(path: Path) -> list[PromptJob]:
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise UsageError(f"Cannot read {path}: {exc.strerror or exc}") from None
-    jobs = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-            jobs.append(PromptJob(str(record["prompt"]), record.get("seed")))
-        except (json.JSONDecodeError, KeyError, TypeError):
-            raise UsageError(f'{path}:{number}: expected a JSON object with a "prompt" field') from None
+    jobs = read_jsonl(path, lambda r: PromptJob(str(r["prompt"]), r.get("seed")), error=UsageError,
+                      expected='a JSON object with a "prompt" field')
     if not jobs:
         raise UsageError(f"{path} holds no prompts")
     return jobs

@@ -17,37 +17,32 @@ def demo_models():
     return demo_pair(strict=True)
 
 
-def _load(path, n_ctx=2048):
+def _loaded(path, n_ctx=2048):
+    """A session-long model, closed when the session ends."""
     from app.backends.llama_cpp_backend import LlamaBackend
 
-    return LlamaBackend(path, n_ctx=n_ctx, n_threads=0)
+    model = LlamaBackend(path, n_ctx=n_ctx, n_threads=0)
+    yield model
+    model.close()
 
 
 @pytest.fixture(scope="session")
 def q41_target(demo_models):
     """The Q4_1 model as a *target*: batched and single-token logits are bit-identical on CPU."""
-    model = _load(demo_models.draft)
-    yield model
-    model.close()
+    yield from _loaded(demo_models.draft)
 
 
 @pytest.fixture(scope="session")
 def q40_draft(demo_models):
-    model = _load(demo_models.strict_draft)
-    yield model
-    model.close()
+    yield from _loaded(demo_models.strict_draft)
 
 
 @pytest.fixture(scope="session")
 def f32_target(demo_models):
-    model = _load(demo_models.target)
-    yield model
-    model.close()
+    yield from _loaded(demo_models.target)
 
 
 @pytest.fixture(scope="session")
 def q41_draft(demo_models):
     """A second, independent copy of the Q4_1 model, for drafting."""
-    model = _load(demo_models.draft)
-    yield model
-    model.close()
+    yield from _loaded(demo_models.draft)
