@@ -172,49 +172,57 @@ def _draft_settings(value: str) -> list[int | str]:
 
 def run_bench(engine, target, prompts: list[BenchPrompt], draft_settings: list[int | str],
               max_tokens: int, progress=None) -> dict:
+    """Each prompt runs once plainly and once per draft setting, in an order that
+    rotates from prompt to prompt, so drift in machine load hits every setting
+    alike; the one plain run is every setting's baseline for that prompt."""
     from app.engine.chat import build_messages, chat_tokens
 
     greedy = SamplingConfig(temperature=0.0)
-    plain_spec = SpecConfig(enabled=False)
+    modes: list[str] = ["plain", *map(str, draft_settings)]
+    specs = {str(s): SpecConfig(enabled=True, draft_max=s) for s in draft_settings}
+    specs["plain"] = SpecConfig(enabled=False)
+    # One cost model per setting, so one setting's measurements (or auto's choices)
+    # do not colour another's; the plain runs time the target step all are measured by.
+    policies = {mode: DraftLengthPolicy() for mode in modes}
     tallies: dict[str, dict[str, Tally]] = {str(s): defaultdict(Tally) for s in draft_settings}
-    total = len(prompts) * len(draft_settings)
+    total = len(prompts) * len(modes)
     done = 0
-    costs: dict[str, Costs] = {}
-    for setting in draft_settings:
-        # A fresh cost model per setting, so one setting's measurements (or auto's
-        # choices) do not colour another's figures.
-        engine.policy = DraftLengthPolicy()
-        spec = SpecConfig(enabled=True, draft_max=setting)
+    saved_policy = engine.policy
+    try:
         for index, prompt in enumerate(prompts):
             tokens = chat_tokens(target, build_messages([("user", prompt.text)]))
-            # Alternate the order so neither mode always runs on a warm cache.
-            runs = {}
-            order = ("plain", "spec") if index % 2 == 0 else ("spec", "plain")
-            for mode in order:
-                generation = engine.generate(tokens, greedy, plain_spec if mode == "plain" else spec, max_tokens)
+            runs: dict[str, Stats] = {}
+            shift = index % len(modes)
+            for mode in modes[shift:] + modes[:shift]:
+                engine.policy = policies[mode]
+                generation = engine.generate(tokens, greedy, specs[mode], max_tokens)
                 generation.run()
                 runs[mode] = generation.stats
-            for key in (prompt.category, "overall"):
-                tallies[str(setting)][key].add(runs["plain"], runs["spec"])
-            done += 1
-            if progress:
-                progress(f"bench draft_max={setting}", done, total)
-        costs[str(setting)] = measured_costs(engine)
+                done += 1
+                if progress:
+                    progress(f"bench {index + 1}/{len(prompts)} {'plain' if mode == 'plain' else 'draft_max=' + mode}",
+                             done, total)
+            for setting in tallies:
+                for key in (prompt.category, "overall"):
+                    tallies[setting][key].add(runs["plain"], runs[setting])
+    finally:
+        engine.policy = saved_policy
     report = {}
     for setting, by_key in tallies.items():
+        costs = measured_costs(policies[setting], policies["plain"])
         report[setting] = {
-            "by_category": {cat: t.report(costs[setting]) for cat, t in sorted(by_key.items())
+            "by_category": {cat: t.report(costs) for cat, t in sorted(by_key.items())
                             if cat != "overall"},
-            "overall": by_key["overall"].report(costs[setting]),
+            "overall": by_key["overall"].report(costs),
         }
     return report
 
 
-def measured_costs(engine) -> Costs:
-    policy = engine.policy
-    plain = policy.verify_cost(1) or 1.0
-    c = (policy.draft_step or 0.0) / plain
-    return Costs(c=c, verify={b: s / plain for b, s in policy.verify.items()})
+def measured_costs(policy: DraftLengthPolicy, plain: DraftLengthPolicy) -> Costs:
+    """Costs relative to a plain target step, as timed in the plain runs."""
+    step = plain.verify.get(1) or policy.verify.get(1) or 1.0
+    c = (policy.draft_step or 0.0) / step
+    return Costs(c=c, verify={b: s / step for b, s in policy.verify.items()})
 
 
 def format_table(report: dict) -> str:

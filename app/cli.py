@@ -51,6 +51,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, in_command: bool = T
                        help="draft with a model or with prompt lookup (no model)")
     group.add_argument("--n-ctx", type=int, default=default(4096), help="context size in tokens")
     group.add_argument("--threads", type=int, default=default(0), help="CPU threads (0: automatic)")
+    group.add_argument("--flash-attn", choices=["auto", "on", "off"], default=default("auto"),
+                       help="flash attention (auto: off on a CPU, where it slows long prompts)")
     group.add_argument("--gpu-layers", type=int, default=default(-1),
                        help="layers to offload to the GPU (-1: all)")
 
@@ -170,6 +172,7 @@ def load(args: argparse.Namespace, progress: TerminalProgress | None = None):
     target, draft = resolve_models(args, progress)
     pair = load_pair(target, draft, drafter=args.drafter, n_ctx=args.n_ctx, target_gpu_layers=args.gpu_layers,
                      draft_gpu_layers=args.gpu_layers, n_threads=args.threads,
+                     flash_attention=args.flash_attn,
                      progress=(lambda what, f: progress(f"Loading {what} model", f)) if progress else None)
     if progress:
         progress.done()

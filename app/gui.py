@@ -13,7 +13,7 @@ from pathlib import Path
 # Command-line model options (app.cli) and the defaults they have when not given.
 _OVERRIDES = (("target", "target_path", None), ("draft", "draft_path", None), ("drafter", "drafter", "model"),
               ("n_ctx", "n_ctx", 4096), ("threads", "n_threads", 0), ("gpu_layers", "target_gpu_layers", -1),
-              ("gpu_layers", "draft_gpu_layers", -1))
+              ("gpu_layers", "draft_gpu_layers", -1), ("flash_attn", "flash_attention", "auto"))
 
 
 def settings_overrides(args: argparse.Namespace) -> dict:

@@ -28,7 +28,8 @@ def _loaded(path, n_ctx=2048):
 
 @pytest.fixture(scope="session")
 def q41_target(demo_models):
-    """The Q4_1 model as a *target*: batched and single-token logits are bit-identical on CPU."""
+    """The Q4_1 model as a *target*: batched and single-token logits are bit-identical on CPU
+    (a quantised target keeps flash attention for exactly that)."""
     yield from _loaded(demo_models.draft)
 
 

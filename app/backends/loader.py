@@ -35,7 +35,7 @@ def check_pair(target: str | Path, draft: str | Path) -> Compatibility:
 
 def load_pair(target_path: str | Path, draft_path: str | Path | None = None, *,
               drafter: DrafterKind = "model", n_ctx: int = 4096, target_gpu_layers: int = -1,
-              draft_gpu_layers: int = -1, n_threads: int = 0,
+              draft_gpu_layers: int = -1, n_threads: int = 0, flash_attention: str = "auto",
               progress: LoadProgress | None = None) -> LoadedPair:
     """Load the models. An incompatible draft is not loaded: the engine runs plain and says why."""
     report = progress or (lambda what, fraction: None)
@@ -43,7 +43,8 @@ def load_pair(target_path: str | Path, draft_path: str | Path | None = None, *,
     if drafter == "model" and draft_path:
         compatibility = check_pair(target_path, draft_path)
     target = LlamaBackend(target_path, n_ctx=n_ctx, n_gpu_layers=target_gpu_layers,
-                          n_threads=n_threads, progress=lambda f: report("target", f))
+                          n_threads=n_threads, flash_attention=flash_attention,
+                          progress=lambda f: report("target", f))
     draft_model: LlamaBackend | None = None
     chosen: Drafter | None = None
     note = ""
@@ -51,7 +52,9 @@ def load_pair(target_path: str | Path, draft_path: str | Path | None = None, *,
         if drafter == "model" and draft_path:
             if compatibility.ok:
                 draft_model = LlamaBackend(draft_path, n_ctx=target.n_ctx, n_gpu_layers=draft_gpu_layers,
-                                           n_threads=n_threads, progress=lambda f: report("draft", f))
+                                           n_threads=n_threads, flash_attention=flash_attention,
+                                           exact_batches=False,  # a draft's logits only steer guesses
+                                           progress=lambda f: report("draft", f))
                 chosen = ModelDrafter(draft_model, target.n_vocab, eog_ids=target.eog_ids)
             else:
                 note = compatibility.reason

@@ -31,13 +31,15 @@ class ModelSpec:
     target_gpu_layers: int = -1
     draft_gpu_layers: int = -1
     n_threads: int = 0
+    flash_attention: str = "auto"
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ModelSpec:
         return cls(target_path=settings.target_path, draft_path=settings.draft_path,
                    drafter=settings.drafter, n_ctx=settings.n_ctx,
                    target_gpu_layers=settings.target_gpu_layers,
-                   draft_gpu_layers=settings.draft_gpu_layers, n_threads=settings.n_threads)
+                   draft_gpu_layers=settings.draft_gpu_layers, n_threads=settings.n_threads,
+                   flash_attention=settings.flash_attention)
 
     @property
     def uses_demo_pair(self) -> bool:
@@ -111,7 +113,7 @@ def load_llama_models(spec: ModelSpec, progress: Progress) -> LlamaModels:
     target, draft = resolve_paths(spec, progress)
     pair = load_pair(target, draft, drafter=spec.drafter, n_ctx=spec.n_ctx,
                      target_gpu_layers=spec.target_gpu_layers, draft_gpu_layers=spec.draft_gpu_layers,
-                     n_threads=spec.n_threads,
+                     n_threads=spec.n_threads, flash_attention=spec.flash_attention,
                      progress=lambda what, fraction: progress(f"Loading {what} model", fraction))
     speculating = pair.engine.drafter is not None
     compatibility = pair.compatibility

@@ -6,11 +6,19 @@ drafts 1..i-1 were), a round that drafts k tokens emits
 tokens and costs k * t_draft + t_verify(k + 1); plain decoding emits one token
 per t_verify(1). The policy measures those costs as it goes and drafts the k
 that maximises tokens per second (a drafting round also pays a fixed overhead),
-or nothing when no k beats plain decoding,
-then probes again now and then in case the text became predictable.
+or nothing when no k beats plain decoding, then probes again now and then in
+case the text became predictable.
+
+Timings on a desktop are noisy: another program taking a core for a moment can
+make one llama.cpp call ten times slower. So every cost is the median of its
+recent measurements, and speculation is switched off only after the model has
+said "plain is faster" several rounds in a row; switching it back on is
+immediate. Acceptance needs no such care: it is counted, not timed.
 """
 
 from __future__ import annotations
+
+from collections import deque
 
 import numpy as np
 
@@ -19,24 +27,83 @@ from app.engine.types import SpecConfig
 AUTO_MAX = 12          # longest draft auto will try
 PROBE_EVERY = 16       # plain rounds between probes once speculation stopped paying
 EXPLORE_EVERY = 8      # every so often draft one token more or less, to measure other batch sizes
-AUTO_P_MIN = 0.1       # with auto, a draft token this unlikely is not worth verifying
-_DECAY = 0.95          # weight of history in the running estimates
+CONFIDENCE_BANDS = (0.02, 0.05, 0.1, 0.2)  # upper edges of the draft-probability bands auto may cut at
 WARMUP_ROUNDS = 8      # speculate at least this long before judging that it does not pay
+OFF_AFTER = 4          # consecutive "plain is faster" verdicts before speculation stops
+COST_WINDOW = 31       # measurements kept per cost; their median is the estimate
+_DECAY = 0.95          # weight of history in the running acceptance estimates
 _PRIOR_ACCEPT = 0.9    # optimistic, so speculation is tried before it is judged
+_BAND_DECAY = 0.9      # low-confidence drafts are rare: let each one count for more
 _BATCH_SLOPE = 0.15    # assumed extra cost per verified token before two sizes are measured
+_FIRST_LENGTH = 4      # what to draft before anything is measured, and when probing
+
+
+class RecentCost:
+    """The last few measurements of one cost; ``value`` is their median."""
+
+    def __init__(self, size: int = COST_WINDOW) -> None:
+        self._values: deque[float] = deque(maxlen=size)
+
+    def add(self, seconds: float) -> None:
+        self._values.append(seconds)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    @property
+    def value(self) -> float | None:
+        return float(np.median(self._values)) if self._values else None
 
 
 class DraftLengthPolicy:
     def __init__(self) -> None:
-        self.accept = [_PRIOR_ACCEPT] * AUTO_MAX   # a_i per position
-        self.draft_step: float | None = None       # seconds per drafted token
-        self.round_overhead = 0.0                  # seconds a drafting round costs beyond its steps
-        self.verify: dict[int, float] = {}         # batch size -> seconds
-        self._samples: dict[object, int] = {}      # how many measurements each estimate has
+        self.accept = [_PRIOR_ACCEPT] * AUTO_MAX      # a_i per position
+        self._draft_step = RecentCost(2 * COST_WINDOW)  # seconds per drafted token
+        self._overhead = RecentCost()                  # seconds a drafting round costs beyond its steps
+        self._verify: dict[int, RecentCost] = {}       # batch size -> seconds
         self._since_probe = 0
         self._rounds = 0
-        self._judged = 0                           # rounds whose drafts the target judged
-        self._depth = 0                            # deepest draft position ever judged
+        self._judged = 0                               # rounds whose drafts the target judged
+        self._depth = 0                                # deepest draft position ever judged
+        self._plain_votes = 0                          # consecutive rounds the model preferred plain
+        self._off = False
+        self._last_length = _FIRST_LENGTH              # the last k worth drafting, for probes
+        self._band_accept = [_PRIOR_ACCEPT] * len(CONFIDENCE_BANDS)  # acceptance per confidence band
+
+    # -- estimates ------------------------------------------------------------
+    @property
+    def draft_step(self) -> float | None:
+        return self._draft_step.value
+
+    @property
+    def round_overhead(self) -> float:
+        return self._overhead.value or 0.0
+
+    @property
+    def verify(self) -> dict[int, float]:
+        """Median seconds to verify each batch size measured so far."""
+        return {batch: cost.value for batch, cost in sorted(self._verify.items())}
+
+    def verify_cost(self, batch: int) -> float:
+        """Seconds to verify ``batch`` tokens: measured, or from a line through what was."""
+        return self._verify_line(self.verify)(batch)
+
+    @staticmethod
+    def _verify_line(verify: dict[int, float]):
+        sizes = [s for s in verify if s >= 2]
+        # One token goes down a cheaper matrix-vector path, so the line goes through
+        # batches of two or more once there are two such sizes.
+        if len(sizes) < 2:
+            sizes = list(verify)
+        if len(sizes) == 1:
+            # One size seen: assume a memory-bound model, where a batch costs little
+            # more than a single token.
+            base = verify[sizes[0]] / (1 + _BATCH_SLOPE * (sizes[0] - 1))
+            slope, intercept = base * _BATCH_SLOPE, base * (1 - _BATCH_SLOPE)
+        else:
+            slope, intercept = np.polyfit(np.array(sizes, dtype=float), [verify[s] for s in sizes], 1)
+            slope = max(slope, 0.0)
+        return lambda batch: verify[batch] if batch in verify else max(intercept + slope * batch, 1e-6)
 
     # -- choosing ---------------------------------------------------------
     def draft_length(self, spec: SpecConfig, limit: int) -> int:
@@ -44,30 +111,52 @@ class DraftLengthPolicy:
             return max(0, min(int(spec.draft_max), limit))
         self._rounds += 1
         k = self.best_length()
-        if k == 0:
+        if k:
+            self._plain_votes, self._off = 0, False
+            self._last_length = k
+        elif self._judged >= WARMUP_ROUNDS:
+            self._plain_votes += 1
+            self._off = self._plain_votes >= OFF_AFTER
+        if self._off:
             self._since_probe += 1
-            if self._since_probe >= PROBE_EVERY:
-                self._since_probe = 0
-                k = 2
+            if self._since_probe < PROBE_EVERY:
+                return 0
+            self._since_probe = 0
+            k = self._last_length
+        elif k == 0:
+            k = self._last_length  # not convinced yet: keep drafting
         elif self._rounds % EXPLORE_EVERY == 0:
             k += 1 if (self._rounds // EXPLORE_EVERY) % 2 else -1
         return max(0, min(k, limit))
 
     def p_min(self, spec: SpecConfig) -> float:
-        return max(spec.p_min, AUTO_P_MIN) if spec.draft_max == "auto" else spec.p_min
+        """The draft probability under which a draft ends. With auto it is learned: the
+        top of the highest confidence band whose drafts the target rejects more often
+        than it accepts. (A draft model that is a quantised copy of its target is right even
+        about most of its unsure guesses, and cutting there would only cost rounds.)
+        Bands start out trusted, and drafts cut at a band still teach it (greedy: the
+        target's next token is the one that would have judged the cut draft)."""
+        if spec.draft_max != "auto":
+            return spec.p_min
+        failing = [edge for edge, acceptance in zip(CONFIDENCE_BANDS, self._band_accept) if acceptance < 0.5]
+        return max([spec.p_min, *failing])
 
     def best_length(self) -> int:
         """The k with the highest expected tokens per second; 0 when plain is faster."""
-        if self.draft_step is None or not self.verify:
-            return 4  # nothing measured yet
-        best_k, best_rate = 0, 1.0 / self.verify_cost(1)
+        draft_step = self.draft_step
+        verify = self.verify
+        if draft_step is None or not verify:
+            return _FIRST_LENGTH  # nothing measured yet
+        overhead = self.round_overhead
+        verify_cost = self._verify_line(verify)
+        best_k, best_rate = 0, 1.0 / verify_cost(1)
         if self._judged < WARMUP_ROUNDS:
             best_rate = 0.0  # too few rounds to conclude that plain decoding is faster
         expected, reach = 1.0, 1.0
         for k in range(1, AUTO_MAX + 1):
             reach *= self._acceptance_at(k - 1)
             expected += reach
-            rate = expected / (k * self.draft_step + self.verify_cost(k + 1) + self.round_overhead)
+            rate = expected / (k * draft_step + verify_cost(k + 1) + overhead)
             if rate > best_rate:
                 best_k, best_rate = k, rate
         return best_k
@@ -79,34 +168,27 @@ class DraftLengthPolicy:
             return self.accept[self._depth - 1]
         return self.accept[position]
 
-    def verify_cost(self, batch: int) -> float:
-        """Seconds to verify ``batch`` tokens: measured, or from a line through what was."""
-        if batch in self.verify:
-            return self.verify[batch]
-        sizes = np.array(sorted(self.verify), dtype=float)
-        times = np.array([self.verify[int(s)] for s in sizes])
-        if len(sizes) == 1:
-            # One size seen: assume a memory-bound model, where a batch costs little
-            # more than a single token.
-            base = times[0] / (1 + _BATCH_SLOPE * (sizes[0] - 1))
-            return base * (1 + _BATCH_SLOPE * (batch - 1))
-        slope, intercept = np.polyfit(sizes, times, 1)
-        return max(intercept + max(slope, 0.0) * batch, 1e-6)
-
     # -- learning -----------------------------------------------------------
     def observe_draft(self, n_tokens: int, seconds: float) -> None:
         if n_tokens:
-            self.draft_step = self._update("draft", self.draft_step, seconds / n_tokens)
+            self._draft_step.add(seconds / n_tokens)
 
     def observe_overhead(self, seconds: float) -> None:
         """What a drafting round cost beyond its draft steps and its verification: the
         draft catching up after a fully accepted round, rollback, Python. Fixed per
         round, it is what makes longer drafts pay."""
-        self.round_overhead = self._update("overhead", self.round_overhead if "overhead" in self._samples
-                                           else None, max(seconds, 0.0))
+        self._overhead.add(max(seconds, 0.0))
 
     def observe_verify(self, batch: int, seconds: float) -> None:
-        self.verify[batch] = self._update(batch, self.verify.get(batch), seconds)
+        self._verify.setdefault(batch, RecentCost()).add(seconds)
+
+    def observe_confidence(self, prob: float, accepted: bool) -> None:
+        """A judged draft token and the drafter's probability of it."""
+        for band, edge in enumerate(CONFIDENCE_BANDS):
+            if prob < edge:
+                self._band_accept[band] = (_BAND_DECAY * self._band_accept[band]
+                                           + (1 - _BAND_DECAY) * float(accepted))
+                return
 
     def observe_round(self, drafted: int, accepted: int) -> None:
         if drafted:
@@ -115,20 +197,4 @@ class DraftLengthPolicy:
         judged = min(drafted, accepted + 1, AUTO_MAX)
         self._depth = max(self._depth, judged)
         for i in range(judged):
-            self.accept[i] = _mix(self.accept[i], 1.0 if i < accepted else 0.0)
-
-    def _update(self, key: object, old: float | None, new: float) -> float:
-        """A running mean at first, then a moving average; one stall (another process
-        taking the CPU) moves the estimate by at most 3x, so it cannot switch
-        speculation off for long on its own."""
-        n = self._samples[key] = self._samples.get(key, 0) + 1
-        if old is None:
-            return new
-        if old > 0:
-            new = min(max(new, old / 3), old * 3)
-        weight = max(1.0 / n, 1 - _DECAY)
-        return (1 - weight) * old + weight * new
-
-
-def _mix(old: float, new: float) -> float:
-    return _DECAY * old + (1 - _DECAY) * new
+            self.accept[i] = _DECAY * self.accept[i] + (1 - _DECAY) * (1.0 if i < accepted else 0.0)

@@ -31,6 +31,9 @@ class Draft:
     # batch, whose cost says nothing about the next draft step.
     step_seconds: list[float] = field(default_factory=list)
     catchup_seconds: float = 0.0  # that catching up (more than the usual [d_k, bonus])
+    # The token whose probability fell under p_min and ended the draft, and that
+    # probability: the target's next token says whether cutting there was right.
+    dropped: tuple[int, float] | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -87,6 +90,7 @@ class ModelDrafter:
                 draft.catchup_seconds += elapsed
             token, prob, q = self._choose(logits, sampling, rng)
             if prob < p_min:
+                draft.dropped = (token, prob)
                 break
             draft.tokens.append(token)
             draft.probs.append(prob)

@@ -131,6 +131,7 @@ class SpeculativeEngine:
                 for i in range(len(draft)):
                     stats.count_position(i, i < n_accepted)
                 self.policy.observe_round(len(draft), n_accepted)
+                self._observe_confidence(draft, n_accepted, token, sampling)
                 if draft.tokens:
                     self.policy.observe_overhead(time.perf_counter() - round_started - elapsed
                                                  - sum(draft.step_seconds) - draft.catchup_seconds)
@@ -158,6 +159,16 @@ class SpeculativeEngine:
         stats.prompt_eval_tokens = len(rest) + 1
         if self.drafter is not None:
             self.drafter.prepare(committed)
+
+    def _observe_confidence(self, draft: Draft, n_accepted: int, token: int,
+                            sampling: SamplingConfig) -> None:
+        """Teach the policy how often drafts of each confidence are accepted."""
+        for i, prob in enumerate(draft.probs[:n_accepted + 1]):
+            self.policy.observe_confidence(prob, i < n_accepted)
+        if draft.dropped and n_accepted == len(draft) and sampling.greedy:
+            # The target's own next token is exactly the one that would have judged it.
+            dropped, prob = draft.dropped
+            self.policy.observe_confidence(prob, token == dropped)
 
     def _accept(self, draft: Draft, rows: np.ndarray, sampling: SamplingConfig,
                 rng: np.random.Generator) -> tuple[int, int]:

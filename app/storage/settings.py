@@ -123,6 +123,9 @@ class Settings:
     draft_gpu_layers: int = option(-1, "Draft layers offloaded to the GPU (-1: all).", _integer(-1))
     n_ctx: int = option(4096, "Context size in tokens.", _integer(256))
     n_threads: int = option(0, "CPU threads (0: automatic).", _integer(0))
+    flash_attention: Literal["auto", "on", "off"] = option(
+        "auto", "Flash attention: 'auto' (off on a CPU, where it slows long prompts; "
+        "llama.cpp's choice on a GPU), 'on' or 'off'.", _one_of("auto", "on", "off"))
     # Sampling
     temperature: float = option(0.8, "Sampling temperature (0: always the likeliest token).", _number(0.0))
     top_k: int = option(40, "Sample among the k likeliest tokens (0: off).", _integer(0))

@@ -38,6 +38,7 @@ LABELS = {
     "speculation": "Speculative decoding", "draft_max": "Draft length (max)", "draft_min": "Draft length (min)",
     "p_min": "Stop drafting below p", "target_gpu_layers": "Target GPU layers",
     "draft_gpu_layers": "Draft GPU layers", "n_ctx": "Context size", "n_threads": "CPU threads",
+    "flash_attention": "Flash attention",
     "temperature": "Temperature", "top_k": "Top-k", "top_p": "Top-p", "min_p": "Min-p", "seed": "Seed",
     "max_tokens": "Longest reply", "system_prompt": "System prompt",
 }
@@ -45,12 +46,20 @@ PAGES = {
     "Models": ("target_path", "drafter", "draft_path"),
     "Speculation": ("speculation", "draft_max", "draft_min", "p_min"),
     "Sampling": ("temperature", "top_k", "top_p", "min_p", "seed", "max_tokens"),
-    "Hardware": ("target_gpu_layers", "draft_gpu_layers", "n_ctx", "n_threads"),
+    "Hardware": ("target_gpu_layers", "draft_gpu_layers", "n_ctx", "n_threads", "flash_attention"),
     "System prompt": ("system_prompt",),
 }
 DRAFTERS = (("Draft model", "model"), ("Prompt lookup (no draft model)", "lookup"))
+FLASH_ATTENTION = (("Automatic (off on a CPU)", "auto"), ("On", "on"), ("Off", "off"))
 GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
 _CHECK_DELAY_MS = 300  # typing a path should not fire a check per keystroke
+
+
+def _combo(choices: tuple[tuple[str, str], ...]) -> QComboBox:
+    box = QComboBox()
+    for label, value in choices:
+        box.addItem(label, value)
+    return box
 
 
 def _spin(low: int, high: int, special: str = "", step: int = 1, suffix: str = "") -> QSpinBox:
@@ -241,9 +250,7 @@ class SettingsDialog(QDialog):
             self.editors[name].setEnabled(speculating)
 
     def _make_editors(self) -> dict[str, QWidget]:
-        drafter = QComboBox()
-        for label, value in DRAFTERS:
-            drafter.addItem(label, value)
+        drafter = _combo(DRAFTERS)
         system_prompt = QPlainTextEdit()
         system_prompt.setPlaceholderText("e.g. You are a concise assistant.")
         return {
@@ -264,6 +271,7 @@ class SettingsDialog(QDialog):
             "draft_gpu_layers": _spin(-1, 999, special="all"),
             "n_ctx": _spin(256, 1 << 20, step=256, suffix=" tokens"),
             "n_threads": _spin(0, 256, special="automatic"),
+            "flash_attention": _combo(FLASH_ATTENTION),
             "system_prompt": system_prompt,
         }
 

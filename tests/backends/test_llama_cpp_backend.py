@@ -8,7 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from app.backends.llama_cpp_backend import LlamaBackend, system_info
+import llama_cpp as ll
+
+from app.backends.llama_cpp_backend import LlamaBackend, _flash_attn_type, system_info
 from app.engine.errors import ContextOverflowError, ModelFileError
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "engine"))
@@ -25,7 +27,8 @@ def test_logits_only_at_requested_positions(q41_target):
 
 
 def test_batched_equals_single_token_for_quantized_weights_and_trim_rolls_back(q41_target):
-    """The strict losslessness tests rely on this: Q4_1 on CPU is batch-invariant."""
+    """The strict losslessness tests rely on this: Q4_1 on CPU with flash attention on
+    (as the fixture loads it) is batch-invariant."""
     prompt = q41_target.tokenize("Once upon a time, in a land far away,", add_special=False, parse_special=False)
     q41_target.trim(0)
     batched = q41_target.evaluate(prompt, range(len(prompt)))
@@ -37,6 +40,31 @@ def test_batched_equals_single_token_for_quantized_weights_and_trim_rolls_back(q
     again = q41_target.evaluate(prompt[-3:], [0, 1, 2])
     assert np.array_equal(again, batched[-3:])
     assert len(q41_target.tokens) == len(prompt)
+
+
+def test_flash_attention_choice():
+    assert _flash_attn_type("on", 0, exact=False) == ll.LLAMA_FLASH_ATTN_TYPE_ENABLED
+    assert _flash_attn_type("off", 99, exact=True) == ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    # On the CPU: off, where it only costs speed; on, where batches must match single tokens.
+    assert _flash_attn_type("auto", 0, exact=False) == ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    assert _flash_attn_type("auto", 0, exact=True) == ll.LLAMA_FLASH_ATTN_TYPE_ENABLED
+    if not ll.llama_supports_gpu_offload():  # a CPU-only build: offloading asks for nothing
+        assert _flash_attn_type("auto", 99, exact=False) == ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    else:
+        assert _flash_attn_type("auto", 99, exact=False) == ll.LLAMA_FLASH_ATTN_TYPE_AUTO
+    with pytest.raises(ValueError, match="flash attention"):
+        _flash_attn_type("fast", 0, exact=True)
+
+
+def test_unquantised_target_without_flash_attention_batches_agree_to_rounding(f32_target):
+    """The demo target (F32) runs without flash attention on a CPU: its batched logits
+    are within rounding of single-token ones (0.01 measured; 0.03 with it)."""
+    prompt = f32_target.tokenize("Once upon a time, in a land far away,", add_special=False, parse_special=False)
+    f32_target.trim(0)
+    batched = f32_target.evaluate(prompt, range(len(prompt)))
+    f32_target.trim(0)
+    single = np.stack([f32_target.evaluate([t], [0])[0] for t in prompt])
+    assert np.abs(batched - single).max() < 0.03
 
 
 def test_tokenize_and_token_bytes_round_trip(q41_target):

@@ -1,6 +1,9 @@
 """The auto draft-length policy: picks the k the cost model favours, and stops when it does not pay."""
 
-from app.engine.adaptive import AUTO_MAX, PROBE_EVERY, DraftLengthPolicy
+import pytest
+
+from app.engine.adaptive import (AUTO_MAX, CONFIDENCE_BANDS, COST_WINDOW, OFF_AFTER, PROBE_EVERY, WARMUP_ROUNDS,
+                                 DraftLengthPolicy)
 from app.engine.types import SpecConfig
 
 AUTO = SpecConfig(draft_max="auto")
@@ -8,10 +11,12 @@ AUTO = SpecConfig(draft_max="auto")
 
 def trained(accept: float, draft_step: float, verify: dict[int, float], rounds: int = 200) -> DraftLengthPolicy:
     policy = DraftLengthPolicy()
-    policy.draft_step = draft_step
-    policy.verify = dict(verify)
+    for _ in range(rounds):
+        policy.observe_round(drafted=AUTO_MAX, accepted=AUTO_MAX - 1)
     policy.accept = [accept] * AUTO_MAX
-    policy._judged = rounds
+    policy.observe_draft(1, draft_step)
+    for batch, seconds in verify.items():
+        policy.observe_verify(batch, seconds)
     return policy
 
 
@@ -30,22 +35,46 @@ def test_useless_or_expensive_drafts_switch_speculation_off_and_probe():
     assert trained(0.05, 0.3, {1: 1.0, 5: 1.5}).best_length() == 0
     expensive = trained(0.9, 1.5, {1: 1.0, 5: 1.2})
     assert expensive.best_length() == 0
-    lengths = [expensive.draft_length(AUTO, 10) for _ in range(PROBE_EVERY * 2)]
-    assert lengths.count(0) == len(lengths) - 2 and lengths.count(2) == 2
+    lengths = [expensive.draft_length(AUTO, 10) for _ in range(OFF_AFTER + PROBE_EVERY * 2)]
+    # It keeps drafting until the verdict has been the same OFF_AFTER times...
+    assert all(k > 0 for k in lengths[:OFF_AFTER - 1])
+    # ... then runs plainly, probing once every PROBE_EVERY rounds.
+    rest = lengths[OFF_AFTER - 1:]
+    assert rest.count(0) == len(rest) - 2
+    assert [i for i, k in enumerate(rest) if k] == [PROBE_EVERY - 1, 2 * PROBE_EVERY - 1]
+
+
+def test_speculation_comes_back_as_soon_as_it_pays_again():
+    policy = trained(0.9, 1.5, {1: 1.0, 5: 1.2})
+    for _ in range(OFF_AFTER + 1):
+        policy.draft_length(AUTO, 10)
+    assert policy.draft_length(AUTO, 10) == 0
+    for _ in range(COST_WINDOW * 2):
+        policy.observe_draft(1, 0.05)  # the draft got cheap (say, the GPU freed up)
+    assert policy.draft_length(AUTO, 10) > 0
 
 
 def test_learning_from_rounds_moves_the_estimates():
     policy = DraftLengthPolicy()
     for _ in range(100):
         policy.observe_round(drafted=4, accepted=0)
-    assert policy._judged == 100
     assert policy.accept[0] < 0.05
     assert policy.accept[1] == 0.9  # never judged: still the prior
     policy.observe_draft(4, 0.4)
     policy.observe_verify(1, 1.0)
     policy.observe_verify(5, 1.4)
-    assert policy.verify_cost(3) == __import__("pytest").approx(1.2)
+    assert policy.verify_cost(3) == pytest.approx(1.2)
     assert policy.best_length() == 0
+
+
+def test_verify_line_leaves_out_the_single_token_path_once_batches_are_measured():
+    policy = DraftLengthPolicy()
+    policy.observe_verify(1, 0.020)   # the matrix-vector path: cheaper than the line
+    policy.observe_verify(2, 0.028)
+    policy.observe_verify(6, 0.040)
+    assert policy.verify_cost(1) == 0.020
+    assert policy.verify_cost(4) == pytest.approx(0.034)
+    assert policy.verify_cost(10) == pytest.approx(0.052)
 
 
 def test_fixed_draft_max_is_respected_and_capped_by_room():
@@ -53,7 +82,24 @@ def test_fixed_draft_max_is_respected_and_capped_by_room():
     assert policy.draft_length(SpecConfig(draft_max=6), 10) == 6
     assert policy.draft_length(SpecConfig(draft_max=6), 2) == 2
     assert policy.p_min(SpecConfig(draft_max=6, p_min=0.0)) == 0.0
-    assert policy.p_min(AUTO) > 0.0
+    assert policy.p_min(SpecConfig(draft_max=6, p_min=0.3)) == 0.3
+
+
+def test_auto_confidence_floor_is_learned_from_how_unsure_drafts_fare():
+    policy = DraftLengthPolicy()
+    assert policy.p_min(AUTO) == 0.0  # until unsure drafts are seen to fail
+    for _ in range(30):
+        policy.observe_confidence(0.03, accepted=False)
+        policy.observe_confidence(0.08, accepted=False)
+        policy.observe_confidence(0.15, accepted=True)
+        policy.observe_confidence(0.9, accepted=True)
+    assert policy.p_min(AUTO) == CONFIDENCE_BANDS[2]  # below 0.1 they fail, 0.1-0.2 they pass
+    assert policy.p_min(SpecConfig(draft_max="auto", p_min=0.5)) == 0.5  # the user's floor still holds
+    for _ in range(30):
+        policy.observe_confidence(0.01, accepted=False)
+        policy.observe_confidence(0.03, accepted=True)  # ... and then they start to pass
+        policy.observe_confidence(0.08, accepted=True)
+    assert policy.p_min(AUTO) == CONFIDENCE_BANDS[0]
 
 
 def test_warm_up_keeps_speculating_and_one_stall_does_not_switch_it_off():
@@ -62,5 +108,33 @@ def test_warm_up_keeps_speculating_and_one_stall_does_not_switch_it_off():
     policy.observe_verify(6, 0.030)
     policy.observe_draft(5, 5 * 0.005)
     policy.observe_draft(5, 5 * 2.0)  # the machine stalled during one draft
-    assert policy.draft_step <= 3 * 0.005 * 1.01
     assert policy.best_length() >= 1  # still warming up: keeps drafting
+    for _ in range(3):
+        policy.observe_draft(5, 5 * 0.005)
+    assert policy.draft_step == 0.005
+
+
+def test_a_burst_of_stalls_does_not_switch_speculation_off():
+    policy = trained(0.95, 0.005, {1: 0.020, 6: 0.030})
+    for _ in range(COST_WINDOW):
+        policy.observe_draft(5, 5 * 0.005)
+        policy.observe_verify(6, 0.030)
+    k = policy.draft_length(AUTO, 10)
+    assert k > 0
+    # Another program takes the CPU for a while: a third of the recent draft steps
+    # and verifications are ten times slower.
+    for _ in range(COST_WINDOW // 3):
+        policy.observe_draft(5, 5 * 0.05)
+        policy.observe_verify(6, 0.3)
+    lengths = [policy.draft_length(AUTO, 10) for _ in range(WARMUP_ROUNDS)]
+    assert min(lengths) > 0
+    assert policy.draft_step == 0.005
+
+
+def test_a_lasting_change_in_costs_does_switch_it_off():
+    policy = trained(0.95, 0.005, {1: 0.020, 6: 0.030})
+    assert policy.draft_length(AUTO, 10) > 0
+    for _ in range(COST_WINDOW * 2):
+        policy.observe_draft(1, 0.05)  # the draft now costs more than the target
+    lengths = [policy.draft_length(AUTO, 10) for _ in range(OFF_AFTER + 2)]
+    assert lengths[-1] == 0
