@@ -20,8 +20,6 @@ from __future__ import annotations
 
 from collections import deque
 
-import numpy as np
-
 from app.engine.types import SpecConfig
 
 AUTO_MAX = 12          # longest draft auto will try
@@ -43,16 +41,22 @@ class RecentCost:
 
     def __init__(self, size: int = COST_WINDOW) -> None:
         self._values: deque[float] = deque(maxlen=size)
+        self._median: float | None = None  # cached: read every round, changed by one add
 
     def add(self, seconds: float) -> None:
         self._values.append(seconds)
+        self._median = None
 
     def __len__(self) -> int:
         return len(self._values)
 
     @property
     def value(self) -> float | None:
-        return float(np.median(self._values)) if self._values else None
+        if self._median is None and self._values:
+            ordered = sorted(self._values)
+            middle = len(ordered) // 2
+            self._median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+        return self._median
 
 
 class DraftLengthPolicy:
@@ -101,7 +105,7 @@ class DraftLengthPolicy:
             base = verify[sizes[0]] / (1 + _BATCH_SLOPE * (sizes[0] - 1))
             slope, intercept = base * _BATCH_SLOPE, base * (1 - _BATCH_SLOPE)
         else:
-            slope, intercept = np.polyfit(np.array(sizes, dtype=float), [verify[s] for s in sizes], 1)
+            slope, intercept = _line(sizes, [verify[s] for s in sizes])
             slope = max(slope, 0.0)
         return lambda batch: verify[batch] if batch in verify else max(intercept + slope * batch, 1e-6)
 
@@ -198,3 +202,12 @@ class DraftLengthPolicy:
         self._depth = max(self._depth, judged)
         for i in range(judged):
             self.accept[i] = _DECAY * self.accept[i] + (1 - _DECAY) * (1.0 if i < accepted else 0.0)
+
+
+def _line(xs: list[int], ys: list[float]) -> tuple[float, float]:
+    """Least-squares slope and intercept (runs every round: no numpy call overhead)."""
+    n = len(xs)
+    mean_x, mean_y = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mean_x) ** 2 for x in xs)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sxx
+    return slope, mean_y - slope * mean_x
