@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.bench import Costs, ideal_speedup, read_prompts
+from app.bench import ideal_speedup, read_prompts
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -20,13 +20,6 @@ def test_ideal_speedup_matches_design_formula():
     assert ideal_speedup(0.8, 4, 0.25, 1.5) == pytest.approx(3.3616 / 2.5)
     assert ideal_speedup(0.0, 4, 0.25, 1.5) == pytest.approx(1 / 2.5)
     assert ideal_speedup(0.5, 0, 0.25, 1.0) == 1.0
-
-
-def test_verify_cost_interpolates_between_measured_batches():
-    costs = Costs(c=0.3, verify={1: 1.0, 5: 1.4})
-    assert costs.v(4) == pytest.approx(1.4)   # k=4 -> batch 5
-    assert costs.v(2) == pytest.approx(1.2)   # batch 3, halfway
-    assert costs.v(9) == pytest.approx(1.4)   # beyond what was measured: the last value
 
 
 def test_read_prompts_spreads_a_limit_over_categories(tmp_path):
@@ -58,6 +51,9 @@ def test_bench_json_and_chart(demo_models, tmp_path):
         assert row["speedup"] == pytest.approx(row["spec_tokens_per_second"] / row["plain_tokens_per_second"], rel=1e-2)
         assert row["efficiency"] == pytest.approx(row["speedup"] / row["ideal_speedup"], rel=1e-2)
         assert 0 <= row["acceptance"] <= 1 and 0 <= row["python_overhead"] < 1
+        assert 0 < row["c"] < 2 and 0.5 <= row["v"] < 10  # a draft step, a verification: in plain steps
+        a, k = row["alpha"], row["mean_draft_length"]
+        assert row["ideal_speedup"] == pytest.approx(ideal_speedup(a, k, row["c"], row["v"]), rel=1e-2)
     assert report["overall"]["prompts"] == 2
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
