@@ -34,6 +34,7 @@ _PRIOR_ACCEPT = 0.9    # optimistic, so speculation is tried before it is judged
 _BAND_DECAY = 0.9      # low-confidence drafts are rare: let each one count for more
 _BATCH_SLOPE = 0.15    # assumed extra cost per verified token before two sizes are measured
 _FIRST_LENGTH = 4      # what to draft before anything is measured, and when probing
+_STICKY = 0.02         # another k must promise this much more speed to replace the last one
 
 
 class RecentCost:
@@ -146,23 +147,30 @@ class DraftLengthPolicy:
         return max([spec.p_min, *failing])
 
     def best_length(self) -> int:
-        """The k with the highest expected tokens per second; 0 when plain is faster."""
+        """The k with the highest expected tokens per second; 0 when plain is faster.
+
+        Near its peak the rate is flat over several k, and estimates jitter; the last
+        k is kept unless another is clearly faster, since a k that wanders costs more
+        than a steady one (tokens per round are concave in k, verification linear)."""
         draft_step = self.draft_step
         verify = self.verify
         if draft_step is None or not verify:
             return _FIRST_LENGTH  # nothing measured yet
         overhead = self.round_overhead
         verify_cost = self._verify_line(verify)
-        best_k, best_rate = 0, 1.0 / verify_cost(1)
+        plain_rate = 1.0 / verify_cost(1)
         if self._judged < WARMUP_ROUNDS:
-            best_rate = 0.0  # too few rounds to conclude that plain decoding is faster
+            plain_rate = 0.0  # too few rounds to conclude that plain decoding is faster
+        rates = [plain_rate]
         expected, reach = 1.0, 1.0
         for k in range(1, AUTO_MAX + 1):
             reach *= self._acceptance_at(k - 1)
             expected += reach
-            rate = expected / (k * draft_step + verify_cost(k + 1) + overhead)
-            if rate > best_rate:
-                best_k, best_rate = k, rate
+            rates.append(expected / (k * draft_step + verify_cost(k + 1) + overhead))
+        best_k = max(range(len(rates)), key=rates.__getitem__)
+        last = min(self._last_length, AUTO_MAX)
+        if best_k and rates[last] > plain_rate and rates[last] * (1 + _STICKY) >= rates[best_k]:
+            return last
         return best_k
 
     def _acceptance_at(self, position: int) -> float:
