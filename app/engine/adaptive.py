@@ -19,6 +19,7 @@ immediate. Acceptance needs no such care: it is counted, not timed.
 from __future__ import annotations
 
 from collections import deque
+from typing import Sequence
 
 from app.engine.types import SpecConfig
 
@@ -29,7 +30,9 @@ CONFIDENCE_BANDS = (0.02, 0.05, 0.1, 0.2)  # upper edges of the draft-probabilit
 WARMUP_ROUNDS = 8      # speculate at least this long before judging that it does not pay
 OFF_AFTER = 4          # consecutive "plain is faster" verdicts before speculation stops
 COST_WINDOW = 31       # measurements kept per cost; their median is the estimate
-_DECAY = 0.95          # weight of history in the running acceptance estimates
+_DECAY = 0.98          # weight of history in the running acceptance counts
+_POOLED_DECAY = 0.995  # ... and in the pooled count over every position
+_SHRINK = 8.0          # a position's estimate leans on the pooled one as if it were this many judgements
 _PRIOR_ACCEPT = 0.9    # optimistic, so speculation is tried before it is judged
 _BAND_DECAY = 0.9      # low-confidence drafts are rare: let each one count for more
 _BATCH_SLOPE = 0.15    # assumed extra cost per verified token before two sizes are measured
@@ -62,14 +65,19 @@ class RecentCost:
 
 class DraftLengthPolicy:
     def __init__(self) -> None:
-        self.accept = [_PRIOR_ACCEPT] * AUTO_MAX      # a_i per position
-        self._draft_step = RecentCost(2 * COST_WINDOW)  # seconds per drafted token
+        # Acceptance per draft position, as decayed counts (accepted, judged).
+        self._accepted = [0.0] * AUTO_MAX
+        self._judged_at = [0.0] * AUTO_MAX
+        self._pooled = [_PRIOR_ACCEPT, 1.0]            # over all positions, seeded with the prior
+        self._draft_step = RecentCost(2 * COST_WINDOW)  # seconds per draft step after the first
+        # The first step of a round costs more: the target's weights have just been
+        # through the CPU caches, and after a fully accepted round it is [d_k, bonus].
+        self._first_step = RecentCost()
         self._overhead = RecentCost()                  # seconds a drafting round costs beyond its steps
         self._verify: dict[int, RecentCost] = {}       # batch size -> seconds
         self._since_probe = 0
         self._rounds = 0
         self._judged = 0                               # rounds whose drafts the target judged
-        self._depth = 0                                # deepest draft position ever judged
         self._plain_votes = 0                          # consecutive rounds the model preferred plain
         self._off = False
         self._last_length = _FIRST_LENGTH              # the last k worth drafting, for probes
@@ -79,6 +87,10 @@ class DraftLengthPolicy:
     @property
     def draft_step(self) -> float | None:
         return self._draft_step.value
+
+    @property
+    def first_step(self) -> float | None:
+        return self._first_step.value if len(self._first_step) else self.draft_step
 
     @property
     def round_overhead(self) -> float:
@@ -152,9 +164,9 @@ class DraftLengthPolicy:
         Near its peak the rate is flat over several k, and estimates jitter; the last
         k is kept unless another is clearly faster, since a k that wanders costs more
         than a steady one (tokens per round are concave in k, verification linear)."""
-        draft_step = self.draft_step
+        draft_step, first_step = self.draft_step or self.first_step, self.first_step
         verify = self.verify
-        if draft_step is None or not verify:
+        if first_step is None or not verify:
             return _FIRST_LENGTH  # nothing measured yet
         overhead = self.round_overhead
         verify_cost = self._verify_line(verify)
@@ -163,32 +175,42 @@ class DraftLengthPolicy:
             plain_rate = 0.0  # too few rounds to conclude that plain decoding is faster
         rates = [plain_rate]
         expected, reach = 1.0, 1.0
+        accept = self.accept
         for k in range(1, AUTO_MAX + 1):
-            reach *= self._acceptance_at(k - 1)
+            reach *= accept[k - 1]
             expected += reach
-            rates.append(expected / (k * draft_step + verify_cost(k + 1) + overhead))
+            rates.append(expected / (first_step + (k - 1) * draft_step + verify_cost(k + 1) + overhead))
         best_k = max(range(len(rates)), key=rates.__getitem__)
         last = min(self._last_length, AUTO_MAX)
         if best_k and rates[last] > plain_rate and rates[last] * (1 + _STICKY) >= rates[best_k]:
             return last
         return best_k
 
-    def _acceptance_at(self, position: int) -> float:
-        """Positions never judged borrow the deepest judged one's estimate: acceptance
-        deep in a draft is, if anything, higher (a draft that got that far is on track)."""
-        if self._depth and position >= self._depth:
-            return self.accept[self._depth - 1]
-        return self.accept[position]
+    @property
+    def accept(self) -> list[float]:
+        """a_i per draft position: its own record, shrunk towards the pooled rate.
+
+        Deep positions are judged only when every draft before them was accepted, so
+        their own records are thin; alone, a prior would keep drafts short forever
+        (too pessimistic to ever draft deep enough to learn otherwise). Shrinking
+        towards the pooled rate is the cautious guess: on the pairs measured,
+        acceptance deep in a draft is if anything higher (a draft that got that far is
+        on track)."""
+        pooled = self._pooled[0] / self._pooled[1]
+        return [(accepted + _SHRINK * pooled) / (judged + _SHRINK)
+                for accepted, judged in zip(self._accepted, self._judged_at)]
 
     # -- learning -----------------------------------------------------------
-    def observe_draft(self, n_tokens: int, seconds: float) -> None:
-        if n_tokens:
-            self._draft_step.add(seconds / n_tokens)
+    def observe_draft(self, step_seconds: Sequence[float]) -> None:
+        """The seconds of each draft step of one round, in order."""
+        if step_seconds:
+            self._first_step.add(step_seconds[0])
+            for seconds in step_seconds[1:]:
+                self._draft_step.add(seconds)
 
     def observe_overhead(self, seconds: float) -> None:
-        """What a drafting round cost beyond its draft steps and its verification: the
-        draft catching up after a fully accepted round, rollback, Python. Fixed per
-        round, it is what makes longer drafts pay."""
+        """What a drafting round cost beyond its draft steps and its verification:
+        rollback, bookkeeping, Python. Fixed per round, it makes longer drafts pay."""
         self._overhead.add(max(seconds, 0.0))
 
     def observe_verify(self, batch: int, seconds: float) -> None:
@@ -207,9 +229,12 @@ class DraftLengthPolicy:
             self._judged += 1
         # Positions past the first rejection were never judged: leave them be.
         judged = min(drafted, accepted + 1, AUTO_MAX)
-        self._depth = max(self._depth, judged)
         for i in range(judged):
-            self.accept[i] = _DECAY * self.accept[i] + (1 - _DECAY) * (1.0 if i < accepted else 0.0)
+            hit = 1.0 if i < accepted else 0.0
+            self._accepted[i] = _DECAY * self._accepted[i] + hit
+            self._judged_at[i] = _DECAY * self._judged_at[i] + 1.0
+            self._pooled[0] = _POOLED_DECAY * self._pooled[0] + hit
+            self._pooled[1] = _POOLED_DECAY * self._pooled[1] + 1.0
 
 
 def _line(xs: list[int], ys: list[float]) -> tuple[float, float]:

@@ -26,9 +26,9 @@ class Draft:
     # the rejection rule needs exactly that q) and the drafter's probability of it.
     q: list[np.ndarray] = field(default_factory=list)
     probs: list[float] = field(default_factory=list)
-    # Seconds per single-token draft step, for the cost model. Catching up on
-    # tokens the drafter had not seen (after plain rounds) is left out: it is one
-    # batch, whose cost says nothing about the next draft step.
+    # Seconds per draft step, for the cost model. Catching up on tokens the
+    # drafter had not seen (after plain rounds) is left out: it is one batch,
+    # whose cost says nothing about the next draft step.
     step_seconds: list[float] = field(default_factory=list)
     catchup_seconds: float = 0.0  # that catching up (more than the usual [d_k, bonus])
     # The token whose probability fell under p_min and ended the draft, and that
@@ -84,9 +84,11 @@ class ModelDrafter:
                                      sampling.ignore_eos)
             elapsed = time.perf_counter() - started
             self.seconds += elapsed
-            if len(pending) == 1:
+            if len(pending) <= 2:
+                # [d_k, bonus] after a fully accepted round is this round's first draft
+                # step, a little dearer: counted as one, it keeps the cost model honest.
                 draft.step_seconds.append(elapsed)
-            elif len(pending) > 2:
+            else:
                 draft.catchup_seconds += elapsed
             token, prob, q = self._choose(logits, sampling, rng)
             if prob < p_min:

@@ -100,7 +100,7 @@ class SpeculativeEngine:
                     k = self.policy.draft_length(spec, room - 1)
                     if k >= spec.draft_min:
                         draft = self.drafter.propose(committed, k, sampling, rng, self.policy.p_min(spec))
-                        self.policy.observe_draft(len(draft.step_seconds), sum(draft.step_seconds))
+                        self.policy.observe_draft(draft.step_seconds)
                         if len(draft) < spec.draft_min:
                             draft = Draft()
 

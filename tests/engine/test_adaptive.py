@@ -11,10 +11,12 @@ AUTO = SpecConfig(draft_max="auto")
 
 def trained(accept: float, draft_step: float, verify: dict[int, float], rounds: int = 200) -> DraftLengthPolicy:
     policy = DraftLengthPolicy()
-    for _ in range(rounds):
+    # Every position judged `rounds` times, a fraction `accept` of them accepted.
+    for i in range(rounds):
         policy.observe_round(drafted=AUTO_MAX, accepted=AUTO_MAX - 1)
-    policy.accept = [accept] * AUTO_MAX
-    policy.observe_draft(1, draft_step)
+    policy._accepted = [accept * n for n in policy._judged_at]
+    policy._pooled = [accept * policy._pooled[1], policy._pooled[1]]
+    policy.observe_draft([draft_step] * 1)
     for batch, seconds in verify.items():
         policy.observe_verify(batch, seconds)
     return policy
@@ -50,7 +52,7 @@ def test_speculation_comes_back_as_soon_as_it_pays_again():
         policy.draft_length(AUTO, 10)
     assert policy.draft_length(AUTO, 10) == 0
     for _ in range(COST_WINDOW * 2):
-        policy.observe_draft(1, 0.05)  # the draft got cheap (say, the GPU freed up)
+        policy.observe_draft([0.05] * 1)  # the draft got cheap (say, the GPU freed up)
     assert policy.draft_length(AUTO, 10) > 0
 
 
@@ -58,13 +60,25 @@ def test_learning_from_rounds_moves_the_estimates():
     policy = DraftLengthPolicy()
     for _ in range(100):
         policy.observe_round(drafted=4, accepted=0)
-    assert policy.accept[0] < 0.05
-    assert policy.accept[1] == 0.9  # never judged: still the prior
-    policy.observe_draft(4, 0.4)
+    assert policy.accept[0] < 0.2
+    # Never judged: the pooled rate, which the rejections pulled down from the prior.
+    assert policy.accept[1] == policy.accept[AUTO_MAX - 1] < 0.5
+    policy.observe_draft([0.4 / 4] * 4)
     policy.observe_verify(1, 1.0)
     policy.observe_verify(5, 1.4)
     assert policy.verify_cost(3) == pytest.approx(1.2)
     assert policy.best_length() == 0
+
+
+def test_deep_positions_judged_rarely_lean_on_the_pooled_rate():
+    policy = DraftLengthPolicy()
+    for _ in range(200):
+        policy.observe_round(drafted=4, accepted=4)   # short drafts, all accepted
+    policy.observe_round(drafted=8, accepted=5)       # one deep draft, rejected at position 6
+    accept = policy.accept
+    assert min(accept[:5]) > 0.95
+    assert 0.85 < accept[5] < 0.95                    # one rejection, not a verdict
+    assert accept[6] == accept[11] > 0.95             # never judged: the pooled rate
 
 
 def test_verify_line_leaves_out_the_single_token_path_once_batches_are_measured():
@@ -106,35 +120,49 @@ def test_warm_up_keeps_speculating_and_one_stall_does_not_switch_it_off():
     policy = DraftLengthPolicy()
     policy.observe_verify(1, 0.020)
     policy.observe_verify(6, 0.030)
-    policy.observe_draft(5, 5 * 0.005)
-    policy.observe_draft(5, 5 * 2.0)  # the machine stalled during one draft
+    policy.observe_draft([0.005] * 5)
+    policy.observe_draft([2.0] * 5)  # the machine stalled during one draft
     assert policy.best_length() >= 1  # still warming up: keeps drafting
     for _ in range(3):
-        policy.observe_draft(5, 5 * 0.005)
+        policy.observe_draft([0.005] * 5)
     assert policy.draft_step == 0.005
 
 
 def test_a_burst_of_stalls_does_not_switch_speculation_off():
     policy = trained(0.95, 0.005, {1: 0.020, 6: 0.030})
     for _ in range(COST_WINDOW):
-        policy.observe_draft(5, 5 * 0.005)
+        policy.observe_draft([0.005] * 5)
         policy.observe_verify(6, 0.030)
     k = policy.draft_length(AUTO, 10)
     assert k > 0
-    # Another program takes the CPU for a while: a third of the recent draft steps
-    # and verifications are ten times slower.
+    # Another program takes the CPU for a while: a third of the recent rounds, and
+    # so of the recent draft steps and verifications, are ten times slower.
     for _ in range(COST_WINDOW // 3):
-        policy.observe_draft(5, 5 * 0.05)
+        policy.observe_draft([0.05])
         policy.observe_verify(6, 0.3)
+    for _ in range(2 * COST_WINDOW // 3 // 4):
+        policy.observe_draft([0.005, 0.05, 0.05, 0.05, 0.05])
     lengths = [policy.draft_length(AUTO, 10) for _ in range(WARMUP_ROUNDS)]
     assert min(lengths) > 0
-    assert policy.draft_step == 0.005
+    assert policy.draft_step == policy.first_step == 0.005
 
 
 def test_a_lasting_change_in_costs_does_switch_it_off():
     policy = trained(0.95, 0.005, {1: 0.020, 6: 0.030})
     assert policy.draft_length(AUTO, 10) > 0
     for _ in range(COST_WINDOW * 2):
-        policy.observe_draft(1, 0.05)  # the draft now costs more than the target
+        policy.observe_draft([0.05] * 1)  # the draft now costs more than the target
     lengths = [policy.draft_length(AUTO, 10) for _ in range(OFF_AFTER + 2)]
     assert lengths[-1] == 0
+
+
+def test_a_dear_first_draft_step_makes_longer_drafts_pay():
+    """The first step of a round runs on caches the target just flushed: a fixed cost per
+    round, which longer drafts share out."""
+    even = trained(0.95, 0.4, {1: 1.0, 2: 1.2, 6: 1.6})
+    dear_first = trained(0.95, 0.4, {1: 1.0, 2: 1.2, 6: 1.6})
+    for _ in range(COST_WINDOW):
+        even.observe_draft([0.4, 0.4, 0.4])
+        dear_first.observe_draft([1.0, 0.4, 0.4])
+    assert dear_first.first_step == 1.0 and dear_first.draft_step == even.draft_step == 0.4
+    assert dear_first.best_length() > even.best_length() > 0
