@@ -15,30 +15,51 @@ from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import QApplication
 
 
+_SETTING_COLOURS = ("#9e9e9e", "#8d6e63", "#5c6bc0", "#00897b", "#f9a825", "#6d4c41")
+
+
 def build_chart(report: dict) -> QChart:
-    """A chart of the first draft setting in ``report`` ({setting: {"by_category", "overall"}})."""
-    setting, result = next(iter(report.items()))
+    """``report`` is {setting: {"by_category", "overall"}}. One setting: its speed-up
+    next to the ideal. Several: every setting's speed-up side by side, auto in green.
+    The acceptance line is auto's when it ran, else the first setting's."""
+    setting = "auto" if "auto" in report else next(iter(report))
+    result = report[setting]
     rows = list(result["by_category"].items()) + [("overall", result["overall"])]
     categories = [name for name, _ in rows]
 
-    speedups = QBarSet("speed-up (×)")
-    speedups.setColor(QColor("#2f7d32"))
-    speedups.append([r["speedup"] for _, r in rows])
-    ideal = QBarSet("ideal (×)")
-    ideal.setColor(QColor("#9e9e9e"))
-    ideal.append([r["ideal_speedup"] for _, r in rows])
     bars = QBarSeries()
-    bars.append(speedups)
-    bars.append(ideal)
+    if len(report) == 1:
+        speedups = QBarSet("speed-up (×)")
+        speedups.setColor(QColor("#2f7d32"))
+        speedups.append([r["speedup"] for _, r in rows])
+        ideal = QBarSet("ideal (×)")
+        ideal.setColor(QColor("#9e9e9e"))
+        ideal.append([r["ideal_speedup"] for _, r in rows])
+        bars.append(speedups)
+        bars.append(ideal)
+        title = f"Speculative vs plain decoding (draft_max={setting}, greedy)"
+        top = max(r["ideal_speedup"] for _, r in rows)
+    else:
+        colours = iter(_SETTING_COLOURS * 4)
+        top = 0.0
+        for name, other in report.items():
+            values = [*(other["by_category"].get(c, {}).get("speedup", 0.0) for c in categories[:-1]),
+                      other["overall"]["speedup"]]
+            bar = QBarSet(f"draft_max={name}")
+            bar.setColor(QColor("#2f7d32" if name == "auto" else next(colours)))
+            bar.append(values)
+            bars.append(bar)
+            top = max(top, *values)
+        title = "Speed-up over plain decoding by draft setting (greedy)"
 
     acceptance = QLineSeries()
-    acceptance.setName("acceptance")
+    acceptance.setName(f"acceptance (draft_max={setting})")
     acceptance.setColor(QColor("#1565c0"))
     for i, (_, r) in enumerate(rows):
         acceptance.append(QPointF(i, r["acceptance"]))
 
     chart = QChart()
-    chart.setTitle(f"Speculative vs plain decoding (draft_max={setting}, greedy)")
+    chart.setTitle(title)
     chart.addSeries(bars)
     chart.addSeries(acceptance)
     x = QBarCategoryAxis()
@@ -46,7 +67,7 @@ def build_chart(report: dict) -> QChart:
     x.setLabelsAngle(-45)
     chart.addAxis(x, Qt.AlignBottom)
     y = QValueAxis()
-    y.setRange(0, max(2.0, max(r["ideal_speedup"] for _, r in rows) * 1.1))
+    y.setRange(0, max(2.0, top * 1.1))
     y.setTitleText("speed-up (×)")
     chart.addAxis(y, Qt.AlignLeft)
     y2 = QValueAxis()
