@@ -51,7 +51,6 @@ class Tally:
     accepted: int = 0
     rejections: int = 0
     rounds: int = 0
-    spec_rounds: int = 0
     python_seconds: float = 0.0
     plain_steps: int = 0
     plain_step_seconds: float = 0.0   # inside the target's calls, plain runs

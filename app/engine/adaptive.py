@@ -165,7 +165,8 @@ class DraftLengthPolicy:
         Near its peak the rate is flat over several k, and estimates jitter; the last
         k is kept unless another is clearly faster, since a k that wanders costs more
         than a steady one (tokens per round are concave in k, verification linear)."""
-        draft_step, first_step = self.draft_step or self.first_step, self.first_step
+        first_step = self.first_step
+        draft_step = self.draft_step or first_step  # one-token drafts so far: no later steps yet
         verify = self.verify
         if first_step is None or not verify:
             return _FIRST_LENGTH  # nothing measured yet

@@ -5,6 +5,7 @@ Rendered with QtCharts on an offscreen surface, so it works headless.
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -15,7 +16,15 @@ from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import QApplication
 
 
+_GREEN = "#2f7d32"  # auto's, or the one setting's, speed-up
 _SETTING_COLOURS = ("#9e9e9e", "#8d6e63", "#5c6bc0", "#00897b", "#f9a825", "#6d4c41")
+
+
+def _bar_set(name: str, colour: str, values: list[float]) -> QBarSet:
+    bar = QBarSet(name)
+    bar.setColor(QColor(colour))
+    bar.append(values)
+    return bar
 
 
 def build_chart(report: dict) -> QChart:
@@ -29,26 +38,17 @@ def build_chart(report: dict) -> QChart:
 
     bars = QBarSeries()
     if len(report) == 1:
-        speedups = QBarSet("speed-up (×)")
-        speedups.setColor(QColor("#2f7d32"))
-        speedups.append([r["speedup"] for _, r in rows])
-        ideal = QBarSet("ideal (×)")
-        ideal.setColor(QColor("#9e9e9e"))
-        ideal.append([r["ideal_speedup"] for _, r in rows])
-        bars.append(speedups)
-        bars.append(ideal)
+        bars.append(_bar_set("speed-up (×)", _GREEN, [r["speedup"] for _, r in rows]))
+        bars.append(_bar_set("ideal (×)", _SETTING_COLOURS[0], [r["ideal_speedup"] for _, r in rows]))
         title = f"Speculative vs plain decoding (draft_max={setting}, greedy)"
         top = max(r["ideal_speedup"] for _, r in rows)
     else:
-        colours = iter(_SETTING_COLOURS * 4)
+        colours = itertools.cycle(_SETTING_COLOURS)
         top = 0.0
         for name, other in report.items():
             values = [*(other["by_category"].get(c, {}).get("speedup", 0.0) for c in categories[:-1]),
                       other["overall"]["speedup"]]
-            bar = QBarSet(f"draft_max={name}")
-            bar.setColor(QColor("#2f7d32" if name == "auto" else next(colours)))
-            bar.append(values)
-            bars.append(bar)
+            bars.append(_bar_set(f"draft_max={name}", _GREEN if name == "auto" else next(colours), values))
             top = max(top, *values)
         title = "Speed-up over plain decoding by draft setting (greedy)"
 
