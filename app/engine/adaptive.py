@@ -33,12 +33,13 @@ OFF_AFTER = 4          # consecutive "plain is faster" verdicts before speculati
 COST_WINDOW = 31       # measurements kept per cost; their median is the estimate
 _DECAY = 0.98          # weight of history in the running acceptance counts
 _POOLED_DECAY = 0.995  # ... and in the pooled count over every position
-_SHRINK = 8.0          # a position's estimate leans on the pooled one as if it were this many judgements
+_SHRINK_RANGE = (4.0, 400.0)  # how many judgements the pooled rate may count for in a position's estimate
+_SPREAD_MIN_JUDGED = 10.0     # positions judged fewer times say too little about how positions differ
 _PRIOR_ACCEPT = 0.9    # optimistic, so speculation is tried before it is judged
 _BAND_DECAY = 0.9      # low-confidence drafts are rare: let each one count for more
 _BATCH_SLOPE = 0.15    # assumed extra cost per verified token before two sizes are measured
 _FIRST_LENGTH = 4      # what to draft before anything is measured, and when probing
-_STICKY = 0.02         # another k must promise this much more speed to replace the last one
+_PLATEAU = 0.03        # lengths within this fraction of the best expected speed count as equally good
 
 
 class RecentCost:
@@ -103,14 +104,20 @@ class DraftLengthPolicy:
         return {batch: cost.value for batch, cost in sorted(self._verify.items())}
 
     def verify_cost(self, batch: int) -> float:
-        """Seconds to verify ``batch`` tokens: measured, or from a line through what was."""
-        return self._verify_line(self.verify)(batch)
+        """Seconds to verify ``batch`` tokens, read off the fitted line (see ``_verify_line``)."""
+        return self._verify_line()(batch)
 
-    @staticmethod
-    def _verify_line(verify: dict[int, float]):
+    def _verify_line(self):
+        """Verification cost by batch size: a line through the measured medians, each
+        weighted by how many measurements it has. Batch sizes tried only while
+        exploring have few; read one at a time, their medians jitter by more than
+        a batch step costs, and that jitter decided between neighbouring k."""
+        verify = self.verify
+        weights = {batch: len(cost) for batch, cost in self._verify.items()}
         sizes = [s for s in verify if s >= 2]
         # One token goes down a cheaper matrix-vector path, so the line goes through
-        # batches of two or more once there are two such sizes.
+        # batches of two or more once there are two such sizes; a single token keeps
+        # its own measurement.
         if len(sizes) < 2:
             sizes = list(verify)
         if len(sizes) == 1:
@@ -119,9 +126,10 @@ class DraftLengthPolicy:
             base = verify[sizes[0]] / (1 + _BATCH_SLOPE * (sizes[0] - 1))
             slope, intercept = base * _BATCH_SLOPE, base * (1 - _BATCH_SLOPE)
         else:
-            slope, intercept = _line(sizes, [verify[s] for s in sizes])
+            slope, intercept = _line(sizes, [verify[s] for s in sizes], [weights[s] for s in sizes])
             slope = max(slope, 0.0)
-        return lambda batch: verify[batch] if batch in verify else max(intercept + slope * batch, 1e-6)
+        single = verify.get(1)
+        return lambda batch: single if batch == 1 and single else max(intercept + slope * batch, 1e-6)
 
     # -- choosing ---------------------------------------------------------
     def draft_length(self, spec: SpecConfig, limit: int) -> int:
@@ -162,16 +170,16 @@ class DraftLengthPolicy:
     def best_length(self) -> int:
         """The k with the highest expected tokens per second; 0 when plain is faster.
 
-        Near its peak the rate is flat over several k, and estimates jitter; the last
-        k is kept unless another is clearly faster, since a k that wanders costs more
-        than a steady one (tokens per round are concave in k, verification linear)."""
+        Near its peak the rate is flat over several k (tokens per round are concave in
+        k, a round's cost linear), so the single best k is decided by estimation noise
+        and would jump between the plateau's ends. The middle of the plateau (every k
+        within ``_PLATEAU`` of the best) is a steadier estimate of where the peak is."""
         first_step = self.first_step
         draft_step = self.draft_step or first_step  # one-token drafts so far: no later steps yet
-        verify = self.verify
-        if first_step is None or not verify:
+        if first_step is None or not self._verify:
             return _FIRST_LENGTH  # nothing measured yet
         overhead = self.round_overhead
-        verify_cost = self._verify_line(verify)
+        verify_cost = self._verify_line()
         plain_rate = 1.0 / verify_cost(1)
         if self._judged < WARMUP_ROUNDS:
             plain_rate = 0.0  # too few rounds to conclude that plain decoding is faster
@@ -182,11 +190,11 @@ class DraftLengthPolicy:
             reach *= accept[k - 1]
             expected += reach
             rates.append(expected / (first_step + (k - 1) * draft_step + verify_cost(k + 1) + overhead))
-        best_k = max(range(len(rates)), key=rates.__getitem__)
-        last = min(self._last_length, AUTO_MAX)
-        if best_k and rates[last] > plain_rate and rates[last] * (1 + _STICKY) >= rates[best_k]:
-            return last
-        return best_k
+        best = max(rates)
+        if rates[0] == best:
+            return 0
+        plateau = [k for k in range(1, len(rates)) if rates[k] >= best * (1 - _PLATEAU)]
+        return plateau[len(plateau) // 2]
 
     @property
     def accept(self) -> list[float]:
@@ -194,13 +202,28 @@ class DraftLengthPolicy:
 
         Deep positions are judged only when every draft before them was accepted, so
         their own records are thin; alone, a prior would keep drafts short forever
-        (too pessimistic to ever draft deep enough to learn otherwise). Shrinking
-        towards the pooled rate is the cautious guess: on the pairs measured,
-        acceptance deep in a draft is if anything higher (a draft that got that far is
-        on track)."""
+        (too pessimistic to ever draft deep enough to learn otherwise). How far to
+        shrink is read from the data (empirical Bayes): when the well-judged positions
+        differ from each other no more than chance would make them, one position's
+        unlucky rejections are chance too, and the pooled rate stands for all of
+        them; when they truly differ, each keeps more of its own record. On the
+        pairs measured, acceptance deep in a draft is if anything higher (a draft
+        that got that far is on track), so the pooled rate is the cautious guess."""
         pooled = self._pooled[0] / self._pooled[1]
-        return [(accepted + _SHRINK * pooled) / (judged + _SHRINK)
+        shrink = self._shrinkage(pooled)
+        return [(accepted + shrink * pooled) / (judged + shrink)
                 for accepted, judged in zip(self._accepted, self._judged_at)]
+
+    def _shrinkage(self, pooled: float) -> float:
+        """Judgements the pooled rate counts for: chance variance / variance between positions."""
+        seen = [(accepted / judged, judged) for accepted, judged in zip(self._accepted, self._judged_at)
+                if judged >= _SPREAD_MIN_JUDGED]
+        low, high = _SHRINK_RANGE
+        if len(seen) < 2:
+            return high  # nothing yet says positions differ
+        chance = max(pooled * (1 - pooled), 1e-4)
+        spread = (sum((rate - pooled) ** 2 for rate, _ in seen) - sum(chance / judged for _, judged in seen)) / len(seen)
+        return high if spread <= chance / high else max(low, chance / spread)
 
     # -- learning -----------------------------------------------------------
     def observe_draft(self, step_seconds: Sequence[float]) -> None:
@@ -239,10 +262,11 @@ class DraftLengthPolicy:
             self._pooled[1] = _POOLED_DECAY * self._pooled[1] + 1.0
 
 
-def _line(xs: list[int], ys: list[float]) -> tuple[float, float]:
-    """Least-squares slope and intercept (runs every round: no numpy call overhead)."""
-    n = len(xs)
-    mean_x, mean_y = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mean_x) ** 2 for x in xs)
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sxx
+def _line(xs: list[int], ys: list[float], weights: list[int]) -> tuple[float, float]:
+    """Weighted least-squares slope and intercept (runs every round: no numpy call overhead)."""
+    total = sum(weights)
+    mean_x = sum(w * x for w, x in zip(weights, xs)) / total
+    mean_y = sum(w * y for w, y in zip(weights, ys)) / total
+    sxx = sum(w * (x - mean_x) ** 2 for w, x in zip(weights, xs))
+    slope = sum(w * (x - mean_x) * (y - mean_y) for w, x, y in zip(weights, xs, ys)) / sxx
     return slope, mean_y - slope * mean_x

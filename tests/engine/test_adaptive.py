@@ -77,8 +77,19 @@ def test_deep_positions_judged_rarely_lean_on_the_pooled_rate():
     policy.observe_round(drafted=8, accepted=5)       # one deep draft, rejected at position 6
     accept = policy.accept
     assert min(accept[:5]) > 0.95
-    assert 0.85 < accept[5] < 0.95                    # one rejection, not a verdict
+    # The well-judged positions agree with each other: one rejection is chance, not a verdict.
+    assert accept[6] > accept[5] > 0.95
     assert accept[6] == accept[11] > 0.95             # never judged: the pooled rate
+
+
+def test_positions_that_truly_differ_keep_their_own_rates():
+    policy = DraftLengthPolicy()
+    for i in range(400):
+        # The first two drafts are nearly always right, the third only 3 times in 5.
+        policy.observe_round(drafted=4, accepted=2 if i % 5 < 2 else 4)
+    accept = policy.accept
+    assert accept[0] > 0.95 and accept[1] > 0.95
+    assert 0.55 < accept[2] < 0.7
 
 
 def test_verify_line_leaves_out_the_single_token_path_once_batches_are_measured():
@@ -89,6 +100,19 @@ def test_verify_line_leaves_out_the_single_token_path_once_batches_are_measured(
     assert policy.verify_cost(1) == 0.020
     assert policy.verify_cost(4) == pytest.approx(0.034)
     assert policy.verify_cost(10) == pytest.approx(0.052)
+
+
+def test_one_lucky_measurement_of_a_rare_batch_size_does_not_sway_the_draft_length():
+    policy = trained(0.97, 0.012, {1: 0.024})
+    for _ in range(COST_WINDOW):
+        policy.observe_draft([0.018, 0.012])
+        policy.observe_verify(9, 0.050)    # the length auto settled on...
+        policy.observe_verify(13, 0.062)   # ... and one it explored as often
+    settled = policy.draft_length(AUTO, 20)
+    assert settled >= 6
+    policy.observe_verify(6, 0.030)        # tried once, on a quiet moment: 10 ms under the line
+    assert policy.verify_cost(6) == pytest.approx(0.041, abs=0.002)
+    assert policy.draft_length(AUTO, 20) == settled
 
 
 def test_fixed_draft_max_is_respected_and_capped_by_room():
