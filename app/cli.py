@@ -237,6 +237,10 @@ def summary_line(stats) -> str:
         line += (f", acceptance {stats.acceptance:.2f}, {stats.tokens_per_round:.2f} tokens/round")
     elif stats.note:
         line += f", plain: {stats.note}"
+    if stats.left_out:
+        from app.engine.chat import left_out_text
+
+        line += f", {left_out_text(stats.left_out)}"
     return line + "]"
 
 
@@ -256,7 +260,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     progress = TerminalProgress()
     pair = load(args, progress)
     history: list[tuple[str, str]] = []
-    from app.engine.chat import build_messages, chat_tokens
+    from app.engine.chat import chat_tokens, fit_conversation, reply_reserve
 
     print(f"Chatting with {pair.target.name}" + (f" (draft: {pair.draft.name})" if pair.draft else "")
           + ". Empty line or Ctrl+D quits.", file=sys.stderr)
@@ -269,9 +273,11 @@ def cmd_chat(args: argparse.Namespace) -> int:
             if not text:
                 break
             history.append(("user", text))
-            tokens = chat_tokens(pair.target, build_messages(history, args.system))
+            budget = pair.target.n_ctx - reply_reserve(args.max_tokens, pair.target.n_ctx)
+            tokens, left_out = fit_conversation(history, args.system, lambda m: chat_tokens(pair.target, m), budget)
             cancel = threading.Event()
             generation = pair.engine.generate(tokens, sampling_from(args), spec_from(args), args.max_tokens, cancel)
+            generation.stats.left_out = left_out
             reply = []
             try:
                 for event in generation:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol, Sequence
+from typing import Callable, NamedTuple, Protocol, Sequence
 
-from app.engine.chat import build_messages, chat_tokens
+from app.engine.chat import chat_tokens, fit_conversation, reply_reserve
 from app.engine.speculative import Generation
 from app.engine.types import SamplingConfig, SpecConfig
 from app.storage.settings import Settings
@@ -61,6 +61,11 @@ class LoadInfo:
     compute: str = "CPU"       # llama.cpp's compute backend
 
 
+class ChatPrompt(NamedTuple):
+    tokens: list[int]
+    left_out: int = 0  # earliest messages left out so the conversation fits the context
+
+
 class Engine(Protocol):
     def generate(self, prompt: Sequence[int], sampling: SamplingConfig, spec: SpecConfig,
                  max_tokens: int, cancel: object) -> Generation: ...
@@ -72,7 +77,7 @@ class LoadedModels(Protocol):
     info: LoadInfo
     engine: Engine
 
-    def prompt(self, history: Sequence[tuple[str, str]], system_prompt: str) -> list[int]: ...
+    def prompt(self, history: Sequence[tuple[str, str]], system_prompt: str, max_tokens: int) -> ChatPrompt: ...
 
     def close(self) -> None: ...
 
@@ -88,8 +93,11 @@ class LlamaModels:
         self.engine = pair.engine
         self.info = info
 
-    def prompt(self, history: Sequence[tuple[str, str]], system_prompt: str) -> list[int]:
-        return chat_tokens(self._pair.target, build_messages(history, system_prompt))
+    def prompt(self, history: Sequence[tuple[str, str]], system_prompt: str, max_tokens: int) -> ChatPrompt:
+        """The conversation as tokens, with room left for a reply of ``max_tokens``."""
+        target = self._pair.target
+        budget = target.n_ctx - reply_reserve(max_tokens, target.n_ctx)
+        return ChatPrompt(*fit_conversation(history, system_prompt, lambda m: chat_tokens(target, m), budget))
 
     def self_test(self):
         """The ``--self-test`` checks on the loaded pair (Help → Check speculation)."""

@@ -149,9 +149,10 @@ class EngineWorker(QObject):
             self.failed.emit(request.id, "No model is loaded; check the model settings.")
             return
         try:
-            prompt = self._models.prompt(request.history, request.system_prompt)
+            prompt = self._models.prompt(request.history, request.system_prompt, request.max_tokens)
             generation = self._models.engine.generate(
-                prompt, request.sampling, request.spec, request.max_tokens, request.cancel)
+                prompt.tokens, request.sampling, request.spec, request.max_tokens, request.cancel)
+            generation.stats.left_out = prompt.left_out
             snapshot_at = 0.0
             for event in generation:
                 now = time.perf_counter()

@@ -174,27 +174,33 @@ class DraftLengthPolicy:
         k, a round's cost linear), so the single best k is decided by estimation noise
         and would jump between the plateau's ends. The middle of the plateau (every k
         within ``_PLATEAU`` of the best) is a steadier estimate of where the peak is."""
-        first_step = self.first_step
-        draft_step = self.draft_step or first_step  # one-token drafts so far: no later steps yet
-        if first_step is None or not self._verify:
+        costs = self.round_costs()
+        if costs is None:
             return _FIRST_LENGTH  # nothing measured yet
-        overhead = self.round_overhead
-        verify_cost = self._verify_line()
-        plain_rate = 1.0 / verify_cost(1)
-        if self._judged < WARMUP_ROUNDS:
-            plain_rate = 0.0  # too few rounds to conclude that plain decoding is faster
-        rates = [plain_rate]
+        # Too few rounds to conclude that plain decoding is faster: leave it out.
+        rates = [1.0 / costs[0] if self._judged >= WARMUP_ROUNDS else 0.0]
         expected, reach = 1.0, 1.0
-        accept = self.accept
-        for k in range(1, AUTO_MAX + 1):
-            reach *= accept[k - 1]
+        for k, accept in enumerate(self.accept, start=1):
+            reach *= accept
             expected += reach
-            rates.append(expected / (first_step + (k - 1) * draft_step + verify_cost(k + 1) + overhead))
+            rates.append(expected / costs[k])
         best = max(rates)
         if rates[0] == best:
             return 0
         plateau = [k for k in range(1, len(rates)) if rates[k] >= best * (1 - _PLATEAU)]
         return plateau[len(plateau) // 2]
+
+    def round_costs(self) -> list[float] | None:
+        """Expected seconds of a round drafting k = 0 .. AUTO_MAX tokens (0: a plain
+        step); None until something is measured."""
+        first_step = self.first_step
+        if first_step is None or not self._verify:
+            return None
+        draft_step = self.draft_step or first_step  # one-token drafts so far: no later steps yet
+        overhead = self.round_overhead
+        verify_cost = self._verify_line()
+        return [verify_cost(1), *(first_step + (k - 1) * draft_step + verify_cost(k + 1) + overhead
+                                  for k in range(1, AUTO_MAX + 1))]
 
     @property
     def accept(self) -> list[float]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from functools import lru_cache
-from typing import Sequence
+from typing import Callable, Sequence
 
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -68,3 +68,31 @@ def build_messages(history: Sequence[tuple[str, str]], system_prompt: str = "") 
     messages = [{"role": "system", "content": system_prompt}] if system_prompt.strip() else []
     messages += [{"role": role, "content": text} for role, text in history]
     return messages
+
+
+def fit_conversation(history: Sequence[tuple[str, str]], system_prompt: str,
+                     tokens_of: Callable[[list[dict]], list[int]], budget: int) -> tuple[list[int], int]:
+    """The conversation's tokens, its oldest exchanges left out until it fits in
+    ``budget`` tokens; returned with how many messages were left out.
+
+    The system prompt and the newest message always stay: when they alone do not fit,
+    the engine's context error says so. Messages go an exchange at a time, since
+    many templates insist that turns alternate and start with the user."""
+    history = list(history)
+    dropped = 0
+    tokens = tokens_of(build_messages(history, system_prompt))
+    while len(tokens) > budget and len(history) > 1:
+        cut = 2 if len(history) > 2 else 1
+        history, dropped = history[cut:], dropped + cut
+        tokens = tokens_of(build_messages(history, system_prompt))
+    return tokens, dropped
+
+
+def reply_reserve(max_tokens: int, n_ctx: int) -> int:
+    """Context kept free for the reply: its length limit, but at most half the context,
+    so a generous limit does not push out the whole conversation."""
+    return max(1, min(max_tokens, n_ctx // 2))
+
+
+def left_out_text(messages: int) -> str:
+    return f"the {messages} earliest message{'s' if messages != 1 else ''} left out to fit the context"

@@ -75,6 +75,7 @@ class Stats:
     stop_reason: str = ""        # "eos", "max_tokens", "cancelled", "context_full"
     speculative: bool = False
     note: str = ""               # why speculation was off, when it was
+    left_out: int = 0            # earliest messages of the chat left out to fit the context
 
     @property
     def acceptance(self) -> float:
@@ -131,4 +132,5 @@ class Stats:
             "stop_reason": self.stop_reason,
             "speculative": self.speculative,
             "note": self.note,
+            "left_out": self.left_out,
         }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app.engine.chat import left_out_text
 from app.engine.types import Stats
 
 STOP_REASONS = {
@@ -32,4 +33,7 @@ def message_summary(stats: Stats) -> str:
     reason = STOP_REASONS.get(stats.stop_reason)
     if reason and stats.stop_reason != "eos":
         parts.append(reason)
+    if stats.left_out:
+        parts.append(left_out_text(stats.left_out))
     return " · ".join(parts)
+

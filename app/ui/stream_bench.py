@@ -25,7 +25,7 @@ from typing import Iterator, Sequence
 from PySide6.QtCore import QEvent, QEventLoop, QObject, Qt, QTimer
 from PySide6.QtWidgets import QApplication
 
-from app.bridge.models import LoadInfo
+from app.bridge.models import ChatPrompt, LoadInfo
 from app.bridge.worker import EngineClient
 from app.engine.speculative import Generation
 from app.engine.types import SamplingConfig, SpecConfig, Stats, TokenEvent, TokenKind
@@ -86,8 +86,8 @@ class SyntheticModels:
         self.info = LoadInfo(target_name="synthetic stream", target_path="", drafter="model",
                              draft_name="synthetic draft", speculation_available=True)
 
-    def prompt(self, history: Sequence[tuple[str, str]], system_prompt: str) -> list[int]:
-        return [1]
+    def prompt(self, history: Sequence[tuple[str, str]], system_prompt: str, max_tokens: int) -> ChatPrompt:
+        return ChatPrompt([1])
 
     def close(self) -> None:
         pass

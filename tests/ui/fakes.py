@@ -6,7 +6,7 @@ import threading
 import time
 from typing import Sequence
 
-from app.bridge.models import LoadInfo
+from app.bridge.models import ChatPrompt, LoadInfo
 from app.engine.speculative import Generation
 from app.engine.types import SamplingConfig, SpecConfig, Stats, TokenEvent, TokenKind
 from app.errors import TandemError
@@ -53,11 +53,12 @@ class ScriptedModels:
                                      draft_name="scripted-draft.gguf", draft_path="/models/scripted-draft.gguf",
                                      drafter="model", speculation_available=True)
         self.histories: list[tuple[tuple[str, str], ...]] = []
+        self.left_out = 0  # what prompt() reports as left out of the context
         self.closed = False
 
-    def prompt(self, history, system_prompt: str) -> list[int]:
+    def prompt(self, history, system_prompt: str, max_tokens: int) -> ChatPrompt:
         self.histories.append(tuple(history))
-        return [1, 2, 3]
+        return ChatPrompt([1, 2, 3], self.left_out)
 
     def close(self) -> None:
         self.closed = True

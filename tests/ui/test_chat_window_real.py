@@ -135,3 +135,17 @@ def test_help_check_speculation_runs_the_self_test_on_the_loaded_pair(demo_windo
     assert report.ok, "\n".join(report.lines())
     qtbot.waitUntil(lambda: window.check_action.isEnabled())
     assert window.last_check is report
+
+
+def test_a_chat_longer_than_the_context_leaves_out_its_earliest_messages(demo_window, qtbot):
+    window = demo_window(n_ctx=256, max_tokens=24)
+    long_message = "Tell me something about the sea, its tides, its colours and its creatures. " * 3
+    replies = [send_and_wait(qtbot, window, long_message) for _ in range(4)]
+    assert all(reply.status == COMPLETE and reply.text().strip() for reply in replies)
+    assert replies[0].stats.left_out == 0
+    last = replies[-1].stats
+    assert last.left_out >= 2 and last.prompt_tokens + 24 <= 256
+    assert "earliest messages left out to fit the context" in replies[-1].stats_label.text()
+    # Nothing is lost from the chat itself: every message is still on screen.
+    assert len(window.chat_view.messages()) == 8
+    assert len(window.chat_view.history()) == 8
