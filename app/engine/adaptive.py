@@ -39,7 +39,7 @@ _PRIOR_ACCEPT = 0.9    # optimistic, so speculation is tried before it is judged
 _BAND_DECAY = 0.9      # low-confidence drafts are rare: let each one count for more
 _BATCH_SLOPE = 0.15    # assumed extra cost per verified token before two sizes are measured
 _FIRST_LENGTH = 4      # what to draft before anything is measured, and when probing
-_PLATEAU = 0.03        # lengths within this fraction of the best expected speed count as equally good
+_PLATEAU = 0.01        # lengths within this fraction of the best expected speed count as equally good
 
 
 class RecentCost:
@@ -171,9 +171,11 @@ class DraftLengthPolicy:
         """The k with the highest expected tokens per second; 0 when plain is faster.
 
         Near its peak the rate is flat over several k (tokens per round are concave in
-        k, a round's cost linear), so the single best k is decided by estimation noise
-        and would jump between the plateau's ends. The middle of the plateau (every k
-        within ``_PLATEAU`` of the best) is a steadier estimate of where the peak is."""
+        k, a round's cost linear), so the single best k is decided by estimation noise.
+        Of the lengths within ``_PLATEAU`` of the best, the shortest is taken: the
+        acceptance of deep positions is the least certain part of the estimate (the
+        fewest judgements, leaning most on the pooled rate), and a draft longer than
+        needed is what loses most when the text turns unpredictable or the reply ends."""
         costs = self.round_costs()
         if costs is None:
             return _FIRST_LENGTH  # nothing measured yet
@@ -188,7 +190,7 @@ class DraftLengthPolicy:
         if rates[0] == best:
             return 0
         plateau = [k for k in range(1, len(rates)) if rates[k] >= best * (1 - _PLATEAU)]
-        return plateau[len(plateau) // 2]
+        return plateau[0]
 
     def round_costs(self) -> list[float] | None:
         """Expected seconds of a round drafting k = 0 .. AUTO_MAX tokens (0: a plain
