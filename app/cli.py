@@ -260,7 +260,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     progress = TerminalProgress()
     pair = load(args, progress)
     history: list[tuple[str, str]] = []
-    from app.engine.chat import chat_tokens, fit_conversation, reply_reserve
+    from app.engine.chat import conversation_tokens
 
     print(f"Chatting with {pair.target.name}" + (f" (draft: {pair.draft.name})" if pair.draft else "")
           + ". Empty line or Ctrl+D quits.", file=sys.stderr)
@@ -273,8 +273,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
             if not text:
                 break
             history.append(("user", text))
-            budget = pair.target.n_ctx - reply_reserve(args.max_tokens, pair.target.n_ctx)
-            tokens, left_out = fit_conversation(history, args.system, lambda m: chat_tokens(pair.target, m), budget)
+            tokens, left_out = conversation_tokens(pair.target, history, args.system, args.max_tokens)
             cancel = threading.Event()
             generation = pair.engine.generate(tokens, sampling_from(args), spec_from(args), args.max_tokens, cancel)
             generation.stats.left_out = left_out

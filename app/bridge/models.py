@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, NamedTuple, Protocol, Sequence
 
-from app.engine.chat import chat_tokens, fit_conversation, reply_reserve
+from app.engine.chat import conversation_tokens
 from app.engine.speculative import Generation
 from app.engine.types import SamplingConfig, SpecConfig
 from app.storage.settings import Settings
@@ -95,9 +95,7 @@ class LlamaModels:
 
     def prompt(self, history: Sequence[tuple[str, str]], system_prompt: str, max_tokens: int) -> ChatPrompt:
         """The conversation as tokens, with room left for a reply of ``max_tokens``."""
-        target = self._pair.target
-        budget = target.n_ctx - reply_reserve(max_tokens, target.n_ctx)
-        return ChatPrompt(*fit_conversation(history, system_prompt, lambda m: chat_tokens(target, m), budget))
+        return ChatPrompt(*conversation_tokens(self._pair.target, history, system_prompt, max_tokens))
 
     def self_test(self):
         """The ``--self-test`` checks on the loaded pair (Help → Check speculation)."""

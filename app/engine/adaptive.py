@@ -8,8 +8,8 @@ round's first draft step is dearer than the rest); plain decoding emits one
 token per t_verify(1). The policy measures those costs as it goes and drafts the
 k that maximises tokens per second (the shortest of those within 1% of it), or
 nothing when no k beats plain decoding, then probes again now and then in case
-the text became predictable. How unsure
-a draft may be before it is cut is learned too (``p_min``).
+the text became predictable. How unsure a draft may be before it is cut is
+learned too (``p_min``).
 
 Timings on a desktop are noisy: another program taking a core for a moment can
 make one llama.cpp call ten times slower. So every cost is the median of its

@@ -88,10 +88,13 @@ def fit_conversation(history: Sequence[tuple[str, str]], system_prompt: str,
     return tokens, dropped
 
 
-def reply_reserve(max_tokens: int, n_ctx: int) -> int:
-    """Context kept free for the reply: its length limit, but at most half the context,
-    so a generous limit does not push out the whole conversation."""
-    return max(1, min(max_tokens, n_ctx // 2))
+def conversation_tokens(model: ModelBackend, history: Sequence[tuple[str, str]], system_prompt: str,
+                        max_tokens: int) -> tuple[list[int], int]:
+    """The chat as the model will see it, and how many of its earliest messages were
+    left out. Room is kept for the reply: its length limit, but at most half the
+    context, so a generous limit does not push out the whole conversation."""
+    budget = model.n_ctx - max(1, min(max_tokens, model.n_ctx // 2))
+    return fit_conversation(history, system_prompt, lambda messages: chat_tokens(model, messages), budget)
 
 
 def left_out_text(messages: int) -> str:

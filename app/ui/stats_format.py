@@ -36,4 +36,3 @@ def message_summary(stats: Stats) -> str:
     if stats.left_out:
         parts.append(left_out_text(stats.left_out))
     return " · ".join(parts)
-
