@@ -99,11 +99,6 @@ class DraftLengthPolicy:
     def round_overhead(self) -> float:
         return self._overhead.value or 0.0
 
-    @property
-    def verify(self) -> dict[int, float]:
-        """Median seconds to verify each batch size measured so far."""
-        return {batch: cost.value for batch, cost in sorted(self._verify.items())}
-
     def verify_cost(self, batch: int) -> float:
         """Seconds to verify ``batch`` tokens, read off the fitted line (see ``_verify_line``)."""
         return self._verify_line()(batch)
@@ -113,8 +108,7 @@ class DraftLengthPolicy:
         weighted by how many measurements it has. Batch sizes tried only while
         exploring have few; read one at a time, their medians jitter by more than
         a batch step costs, and that jitter decided between neighbouring k."""
-        verify = self.verify
-        weights = {batch: len(cost) for batch, cost in self._verify.items()}
+        verify = {batch: cost.value for batch, cost in self._verify.items()}  # medians
         sizes = [s for s in verify if s >= 2]
         # One token goes down a cheaper matrix-vector path, so the line goes through
         # batches of two or more once there are two such sizes; a single token keeps
@@ -127,7 +121,7 @@ class DraftLengthPolicy:
             base = verify[sizes[0]] / (1 + _BATCH_SLOPE * (sizes[0] - 1))
             slope, intercept = base * _BATCH_SLOPE, base * (1 - _BATCH_SLOPE)
         else:
-            slope, intercept = _line(sizes, [verify[s] for s in sizes], [weights[s] for s in sizes])
+            slope, intercept = _line(sizes, [verify[s] for s in sizes], [len(self._verify[s]) for s in sizes])
             slope = max(slope, 0.0)
         single = verify.get(1)
         return lambda batch: single if batch == 1 and single else max(intercept + slope * batch, 1e-6)

@@ -77,15 +77,30 @@ def fit_conversation(history: Sequence[tuple[str, str]], system_prompt: str,
 
     The system prompt and the newest message always stay: when they alone do not fit,
     the engine's context error says so. Messages go an exchange at a time, since
-    many templates insist that turns alternate and start with the user."""
+    many templates insist that turns alternate and start with the user. The fewest
+    exchanges to leave out are found by bisection, so a long chat is rendered and
+    tokenized a handful of times, not once per exchange."""
     history = list(history)
-    dropped = 0
-    tokens = tokens_of(build_messages(history, system_prompt))
-    while len(tokens) > budget and len(history) > 1:
-        cut = 2 if len(history) > 2 else 1
-        history, dropped = history[cut:], dropped + cut
-        tokens = tokens_of(build_messages(history, system_prompt))
-    return tokens, dropped
+    cuts = list(range(0, len(history) - 1, 2))
+    if len(history) - 1 not in cuts:
+        cuts.append(len(history) - 1)   # down to the newest message alone
+
+    def tokens_after(cut: int) -> list[int]:
+        return tokens_of(build_messages(history[cut:], system_prompt))
+
+    tokens = tokens_after(0)
+    if len(tokens) <= budget or len(cuts) == 1:
+        return tokens, 0
+    low, high = 1, len(cuts) - 1        # cuts[high] is tried last: it may still not fit
+    fitting: tuple[list[int], int] | None = None
+    while low <= high:
+        middle = (low + high) // 2
+        candidate = tokens_after(cuts[middle])
+        if len(candidate) <= budget:
+            fitting, high = (candidate, cuts[middle]), middle - 1
+        else:
+            low = middle + 1
+    return fitting or (tokens_after(cuts[-1]), cuts[-1])
 
 
 def conversation_tokens(model: ModelBackend, history: Sequence[tuple[str, str]], system_prompt: str,
