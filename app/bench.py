@@ -3,6 +3,11 @@
 Spec-Bench's protocol: greedy, batch size 1, speed-up = mean tokens/s with
 speculation / mean tokens/s without, per category. Plain and speculative runs
 alternate their order prompt by prompt so drift in machine load hits both alike.
+With ``--repeat N`` each prompt runs N times in every setting and its middle run
+counts (a moment of load elsewhere slows one run, not all of them); the overall
+speed-up carries a 95% interval from resampling the prompts, and auto is set
+against each fixed length prompt by prompt, so "auto beats 8" can be told from
+noise.
 Next to the measured speed-up stands DESIGN.md §2's ideal for the measured
 acceptance α, draft length k and cost ratios c (draft step / target step) and
 v (verifying k+1 tokens / target step); efficiency = measured / ideal. The costs are
@@ -20,6 +25,8 @@ import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from app.errors import TandemError
 from app.prompt_files import read_jsonl
@@ -147,6 +154,8 @@ def add_parser(commands, add_model_arguments) -> None:
     bench.add_argument("--categories", default=None, help="comma-separated categories to run")
     bench.add_argument("--max-tokens", type=int, default=128)
     bench.add_argument("--draft-max", default="auto", help="N, a list like 1,3,5, or auto (default)")
+    bench.add_argument("--repeat", type=int, default=1,
+                       help="runs per prompt and setting; the middle one counts (default 1)")
     bench.add_argument("--json", action="store_true", help="print the report as one JSON object")
     bench.add_argument("--chart", type=Path, help="write a PNG chart of speed-up and acceptance per category")
     add_model_arguments(bench)
@@ -166,10 +175,17 @@ def _draft_settings(value: str) -> list[int | str]:
 
 
 def run_bench(engine, target, prompts: list[BenchPrompt], draft_settings: list[int | str],
-              max_tokens: int, progress=None) -> dict:
-    """Each prompt runs once plainly and once per draft setting, in an order that
-    rotates from prompt to prompt, so drift in machine load hits every setting
-    alike; the one plain run is every setting's baseline for that prompt."""
+              max_tokens: int, progress=None, repeat: int = 1) -> dict:
+    """Each prompt runs ``repeat`` times plainly and in every draft setting, in an
+    order that rotates from run to run, so drift in machine load hits every
+    setting alike; the plain run is every setting's baseline for that prompt."""
+    runs = measure(engine, target, prompts, draft_settings, max_tokens, progress, repeat)
+    return summarize(prompts, runs, draft_settings)
+
+
+def measure(engine, target, prompts: list[BenchPrompt], draft_settings: list[int | str],
+            max_tokens: int, progress=None, repeat: int = 1) -> list[dict[str, Stats]]:
+    """Per prompt, the middle run (see ``middle_run``) of each mode: "plain" and each setting."""
     from app.engine.chat import build_messages, chat_tokens
 
     greedy = SamplingConfig(temperature=0.0)
@@ -179,36 +195,90 @@ def run_bench(engine, target, prompts: list[BenchPrompt], draft_settings: list[i
     # One cost model per setting, so one setting's measurements (or auto's choices)
     # do not colour another's.
     policies = {mode: DraftLengthPolicy() for mode in modes}
-    tallies: dict[str, dict[str, Tally]] = {str(s): defaultdict(Tally) for s in draft_settings}
-    total = len(prompts) * len(modes)
+    total = len(prompts) * len(modes) * repeat
     done = 0
     saved_policy = engine.policy
+    picked: list[dict[str, Stats]] = []
     try:
         for index, prompt in enumerate(prompts):
             tokens = chat_tokens(target, build_messages([("user", prompt.text)]))
-            runs: dict[str, Stats] = {}
-            shift = index % len(modes)
-            for mode in modes[shift:] + modes[:shift]:
-                engine.policy = policies[mode]
-                generation = engine.generate(tokens, greedy, specs[mode], max_tokens)
-                generation.run()
-                runs[mode] = generation.stats
-                done += 1
-                if progress:
-                    progress(f"bench {index + 1}/{len(prompts)} {'plain' if mode == 'plain' else 'draft_max=' + mode}",
-                             done, total)
-            for setting in tallies:
-                for key in (prompt.category, "overall"):
-                    tallies[setting][key].add(runs["plain"], runs[setting])
+            runs: dict[str, list[Stats]] = defaultdict(list)
+            for attempt in range(repeat):
+                shift = (index * repeat + attempt) % len(modes)
+                for mode in modes[shift:] + modes[:shift]:
+                    engine.policy = policies[mode]
+                    generation = engine.generate(tokens, greedy, specs[mode], max_tokens)
+                    generation.run()
+                    runs[mode].append(generation.stats)
+                    done += 1
+                    if progress:
+                        name = "plain" if mode == "plain" else "draft_max=" + mode
+                        progress(f"bench {index + 1}/{len(prompts)} {name}", done, total)
+            picked.append({mode: middle_run(stats) for mode, stats in runs.items()})
     finally:
         engine.policy = saved_policy
-    return {
+    return picked
+
+
+def middle_run(runs: list[Stats]) -> Stats:
+    """The run in the middle by seconds per token (of two, the faster). Timing noise
+    on a desktop is one-sided: load elsewhere only ever slows a run down."""
+    ordered = sorted(runs, key=lambda s: s.seconds / max(s.tokens, 1))
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def summarize(prompts: list[BenchPrompt], runs: list[dict[str, Stats]], draft_settings: list[int | str]) -> dict:
+    tallies: dict[str, dict[str, Tally]] = {str(s): defaultdict(Tally) for s in draft_settings}
+    for prompt, by_mode in zip(prompts, runs):
+        for setting in tallies:
+            for key in (prompt.category, "overall"):
+                tallies[setting][key].add(by_mode["plain"], by_mode[setting])
+    report = {
         setting: {
             "by_category": {cat: t.report() for cat, t in sorted(by_key.items()) if cat != "overall"},
             "overall": by_key["overall"].report(),
         }
         for setting, by_key in tallies.items()
     }
+    intervals = Resampled(runs)
+    for setting in tallies:
+        report[setting]["overall"]["speedup_ci"] = intervals.speedup(setting)
+    fixed = [str(s) for s in draft_settings if s != "auto"]
+    if "auto" in report and fixed:
+        report["auto"]["vs_fixed"] = {setting: intervals.ratio("auto", setting) for setting in fixed}
+    return report
+
+
+class Resampled:
+    """95% intervals from resampling prompts with replacement (the bootstrap): how
+    much a figure would move on another draw of prompts like these, run as noisily.
+    Every setting sees the same draws, so comparisons between settings are paired."""
+
+    DRAWS = 2000
+
+    def __init__(self, runs: list[dict[str, Stats]], seed: int = 0) -> None:
+        draws = np.random.default_rng(seed).integers(0, len(runs), size=(self.DRAWS, len(runs)))
+        self._rate: dict[str, float] = {}            # tokens per second over every prompt
+        self._drawn_rates: dict[str, np.ndarray] = {}  # ... over each draw of prompts
+        for mode in runs[0] if runs else ():
+            tokens = np.array([r[mode].tokens for r in runs], dtype=float)
+            seconds = np.array([r[mode].seconds for r in runs], dtype=float)
+            self._rate[mode] = float(tokens.sum() / seconds.sum())
+            self._drawn_rates[mode] = tokens[draws].sum(axis=1) / seconds[draws].sum(axis=1)
+
+    def speedup(self, setting: str) -> list[float]:
+        return _interval(self._drawn_rates[setting] / self._drawn_rates["plain"])
+
+    def ratio(self, setting: str, other: str) -> dict:
+        """``setting``'s speed-up over ``other``'s, measured and its interval (the plain
+        baseline is the same runs for both, so it cancels)."""
+        return {"ratio": round(self._rate[setting] / self._rate[other], 4),
+                "ci": _interval(self._drawn_rates[setting] / self._drawn_rates[other])}
+
+
+def _interval(draws: np.ndarray) -> list[float]:
+    low, high = np.percentile(draws, [2.5, 97.5])
+    return [round(float(low), 4), round(float(high), 4)]
 
 
 def format_table(report: dict) -> str:
@@ -222,9 +292,14 @@ def format_table(report: dict) -> str:
                          f"{r['spec_tokens_per_second']:>9.1f} {r['speedup']:>7.2f}x {r['acceptance']:>7.2f} "
                          f"{r['tokens_per_round']:>7.2f} {r['ideal_speedup']:>5.2f}x {r['efficiency']:>6.2f} "
                          f"{r['python_overhead'] * 100:>5.1f}%")
-        c, v = result["overall"]["c"], result["overall"]["v"]
-        lines.append(f"{'':>6} measured costs: c = {c:.3f} (draft step / target step), "
-                     f"v = {v:.3f} (verify k+1 / target step)")
+        overall = result["overall"]
+        low, high = overall["speedup_ci"]
+        lines.append(f"{'':>6} speed-up 95% interval over prompts: {low:.2f}x - {high:.2f}x")
+        lines.append(f"{'':>6} measured costs: c = {overall['c']:.3f} (draft step / target step), "
+                     f"v = {overall['v']:.3f} (verify k+1 / target step)")
+    for other, compared in report.get("auto", {}).get("vs_fixed", {}).items():
+        low, high = compared["ci"]
+        lines.append(f"auto vs draft_max={other}: {compared['ratio']:.3f}x (95% interval {low:.3f}x - {high:.3f}x)")
     return "\n".join(lines)
 
 
@@ -234,12 +309,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     categories = set(args.categories.split(",")) if args.categories else None
     prompts = read_prompts(args.prompts, args.limit, categories)
     settings = _draft_settings(args.draft_max)
+    if args.repeat < 1:
+        raise BenchError(f"--repeat: {args.repeat} is not a number of runs (1 or more)")
     progress = TerminalProgress()
     pair = load(args, progress)
     try:
         if pair.engine.drafter is None:
             raise BenchError(f"Nothing to compare: {pair.engine.note}")
-        report = run_bench(pair.engine, pair.target, prompts, settings, args.max_tokens, progress)
+        report = run_bench(pair.engine, pair.target, prompts, settings, args.max_tokens, progress,
+                           args.repeat)
         progress.done()
     finally:
         pair.close()

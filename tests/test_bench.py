@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from app.bench import ideal_speedup, read_prompts
+from app.bench import BenchPrompt, Resampled, ideal_speedup, middle_run, read_prompts, summarize
+from app.engine.types import Stats
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,6 +29,45 @@ def test_read_prompts_spreads_a_limit_over_categories(tmp_path):
     path.write_text("\n".join(json.dumps(x) for x in lines))
     picked = read_prompts(path, 3, None)
     assert sorted(p.category for p in picked) == ["a", "b", "c"]
+
+
+def test_middle_run_is_the_median_by_seconds_per_token():
+    fast, middle, slow = Stats(tokens=100, seconds=2.0), Stats(tokens=50, seconds=1.5), Stats(tokens=100, seconds=9.0)
+    assert middle_run([slow, fast, middle]) is middle
+    assert middle_run([slow, fast]) is fast  # of two, the faster: load only ever slows a run
+    assert middle_run([slow]) is slow
+
+
+def _runs(plain_seconds, spec_seconds):
+    """Per prompt: a plain run and two settings' runs, 100 tokens each."""
+    return [{"plain": Stats(tokens=100, seconds=p), "8": Stats(tokens=100, seconds=s8),
+             "auto": Stats(tokens=100, seconds=sa, rounds=10, drafted=80, accepted=70, rejections=5)}
+            for p, (s8, sa) in zip(plain_seconds, spec_seconds)]
+
+
+def test_resampled_intervals_are_exact_when_every_prompt_agrees():
+    runs = _runs([2.0, 4.0, 3.0], [(1.0, 1.0), (2.0, 2.0), (1.5, 1.5)])
+    intervals = Resampled(runs)
+    assert intervals.speedup("8") == [2.0, 2.0]
+    assert intervals.ratio("auto", "8") == {"ratio": 1.0, "ci": [1.0, 1.0]}
+
+
+def test_resampled_intervals_widen_with_disagreeing_prompts_and_hold_the_estimate():
+    rng = __import__("random").Random(1)
+    plain = [rng.uniform(2, 3) for _ in range(20)]
+    spec = [(p / rng.uniform(1.1, 1.5), p / rng.uniform(1.1, 1.5)) for p in plain]
+    prompts = [BenchPrompt("a" if i % 2 else "b", "q") for i in range(20)]
+    report = summarize(prompts, _runs(plain, spec), [8, "auto"])
+    for setting in ("8", "auto"):
+        low, high = report[setting]["overall"]["speedup_ci"]
+        assert low < report[setting]["overall"]["speedup"] < high
+        assert high - low > 0.02
+    compared = report["auto"]["vs_fixed"]["8"]
+    assert compared["ratio"] == pytest.approx(report["auto"]["overall"]["speedup"] / report["8"]["overall"]["speedup"],
+                                              rel=1e-3)
+    assert compared["ci"][0] < compared["ratio"] < compared["ci"][1]
+    assert "vs_fixed" not in report["8"]
+    assert "vs_fixed" not in summarize(prompts, _runs(plain, spec), ["auto"])["auto"]
 
 
 def test_bench_json_and_chart(demo_models, tmp_path):
@@ -64,6 +104,22 @@ def test_bench_list_of_draft_lengths(demo_models, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     result = subprocess.run(
         [sys.executable, "-m", "app", "bench", "--prompts", str(prompts), "--max-tokens", "12",
-         "--draft-max", "2,auto", "--json"], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+         "--draft-max", "2,auto", "--repeat", "2", "--json"],
+        capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     assert result.returncode == 0, result.stderr
-    assert set(json.loads(result.stdout)["by_draft_max"]) == {"2", "auto"}
+    report = json.loads(result.stdout)["by_draft_max"]
+    assert set(report) == {"2", "auto"}
+    assert report["2"]["overall"]["prompts"] == 1  # two runs of the one prompt count as one
+    compared = report["auto"]["vs_fixed"]["2"]
+    assert compared["ratio"] == pytest.approx(report["auto"]["overall"]["speedup"] / report["2"]["overall"]["speedup"],
+                                              rel=1e-2)
+    # One prompt: every draw of prompts is that prompt, so the interval is the measurement.
+    assert compared["ci"] == [compared["ratio"]] * 2
+
+
+def test_bench_refuses_zero_runs(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    result = subprocess.run([sys.executable, "-m", "app", "bench", "--repeat", "0"],
+                            capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "tandem: error: --repeat: 0 is not a number of runs (1 or more)"

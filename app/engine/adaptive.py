@@ -8,8 +8,14 @@ round's first draft step is dearer than the rest); plain decoding emits one
 token per t_verify(1). The policy measures those costs as it goes and drafts the
 k that maximises tokens per second (the shortest of those within 1% of it), or
 nothing when no k beats plain decoding, then probes again now and then in case
-the text became predictable. How unsure a draft may be before it is cut is
-learned too (``p_min``).
+the text became predictable.
+
+Within a round the draft's own confidence decides where it ends (``draft_cut``):
+how often drafts of each confidence are accepted is learned, and a draft stops
+once the chance that all of it is accepted no longer pays for another draft
+step. A run of sure tokens then drafts further than an average draft would be
+worth; an unsure token ends the draft where a rejection is likely. Drafts below
+the learned ``p_min`` are not proposed at all.
 
 Timings on a desktop are noisy: another program taking a core for a moment can
 make one llama.cpp call ten times slower. So every cost is the median of its
@@ -20,15 +26,16 @@ immediate. Acceptance needs no such care: it is counted, not timed.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
-from typing import Sequence
+from typing import Callable, Sequence
 
 from app.engine.types import SpecConfig
 
 AUTO_MAX = 12          # longest draft auto will try
 PROBE_EVERY = 16       # plain rounds between probes once speculation stopped paying
 EXPLORE_EVERY = 8      # every so often draft one token more or less, to measure other batch sizes
-CONFIDENCE_BANDS = (0.02, 0.05, 0.1, 0.2)  # upper edges of the draft-probability bands auto may cut at
+CONFIDENCE_BANDS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)  # upper edges of draft-probability bands (last: 1)
 WARMUP_ROUNDS = 8      # speculate at least this long before judging that it does not pay
 OFF_AFTER = 4          # consecutive "plain is faster" verdicts before speculation stops
 COST_WINDOW = 31       # measurements kept per cost; their median is the estimate
@@ -37,7 +44,8 @@ _POOLED_DECAY = 0.995  # ... and in the pooled count over every position
 _SHRINK_RANGE = (4.0, 400.0)  # how many judgements the pooled rate may count for in a position's estimate
 _SPREAD_MIN_JUDGED = 10.0     # positions judged fewer times say too little about how positions differ
 _PRIOR_ACCEPT = 0.9    # optimistic, so speculation is tried before it is judged
-_BAND_DECAY = 0.9      # low-confidence drafts are rare: let each one count for more
+_BAND_DECAY = 0.99     # memory of acceptance per confidence band (~100 judgements)
+_BAND_PRIOR = 2.0      # judgements the prior counts for in a band
 _BATCH_SLOPE = 0.15    # assumed extra cost per verified token before two sizes are measured
 _FIRST_LENGTH = 4      # what to draft before anything is measured, and when probing
 _PLATEAU = 0.01        # lengths within this fraction of the best expected speed count as equally good
@@ -84,7 +92,10 @@ class DraftLengthPolicy:
         self._plain_votes = 0                          # consecutive rounds the model preferred plain
         self._off = False
         self._last_length = _FIRST_LENGTH              # the last k worth drafting, for probes
-        self._band_accept = [_PRIOR_ACCEPT] * len(CONFIDENCE_BANDS)  # acceptance per confidence band
+        # Acceptance per confidence band, as decayed counts (accepted, judged).
+        self._band_accepted = [0.0] * (len(CONFIDENCE_BANDS) + 1)
+        self._band_judged = [0.0] * (len(CONFIDENCE_BANDS) + 1)
+        self._reach_floor: float | None = None         # see draft_cut; set each round by _plan
 
     # -- estimates ------------------------------------------------------------
     @property
@@ -131,7 +142,7 @@ class DraftLengthPolicy:
         if spec.draft_max != "auto":
             return max(0, min(int(spec.draft_max), limit))
         self._rounds += 1
-        k = self.best_length()
+        k, self._reach_floor = self._plan()
         if k:
             self._plain_votes, self._off = 0, False
             self._last_length = k
@@ -159,33 +170,68 @@ class DraftLengthPolicy:
         target's next token is the one that would have judged the cut draft)."""
         if spec.draft_max != "auto":
             return spec.p_min
-        failing = [edge for edge, acceptance in zip(CONFIDENCE_BANDS, self._band_accept) if acceptance < 0.5]
+        failing = [edge for edge, acceptance in zip(CONFIDENCE_BANDS, self.band_accept) if acceptance < 0.5]
         return max([spec.p_min, *failing])
 
-    def best_length(self) -> int:
-        """The k with the highest expected tokens per second; 0 when plain is faster.
+    def draft_cut(self, spec: SpecConfig) -> Callable[[float], bool] | None:
+        """With auto, what the drafter asks after each token it drafts: go on?
 
-        Near its peak the rate is flat over several k (tokens per round are concave in
-        k, a round's cost linear), so the single best k is decided by estimation noise.
-        Of the lengths within ``_PLATEAU`` of the best, the shortest is taken: the
-        acceptance of deep positions is the least certain part of the estimate (the
-        fewest judgements, leaning most on the pooled rate), and a draft longer than
-        needed is what loses most when the text turns unpredictable or the reply ends."""
+        It multiplies the acceptance of each drafted token's confidence band into the
+        chance that the whole draft so far is accepted, and says stop once that falls
+        under the floor set by ``_plan``: below it, the next token's expected yield no
+        longer pays for its draft step and its place in the verification. Where a
+        draft ends depends only on the draft's own probabilities, so it stays lossless."""
+        if spec.draft_max != "auto" or self._reach_floor is None:
+            return None
+        accept, floor = self.band_accept, self._reach_floor
+        reach = 1.0
+
+        def go_on(prob: float) -> bool:
+            nonlocal reach
+            reach *= accept[_band(prob)]
+            return reach >= floor
+
+        return go_on
+
+    @property
+    def band_accept(self) -> list[float]:
+        """Acceptance per confidence band (``CONFIDENCE_BANDS``, then up to 1)."""
+        return [(accepted + _BAND_PRIOR * _PRIOR_ACCEPT) / (judged + _BAND_PRIOR)
+                for accepted, judged in zip(self._band_accepted, self._band_judged)]
+
+    def best_length(self) -> int:
+        """The most tokens worth drafting next round; 0 when plain decoding is faster."""
+        return self._plan()[0]
+
+    def _plan(self) -> tuple[int, float | None]:
+        """The most tokens to draft, and the floor of ``draft_cut`` (None: no cut yet).
+
+        The length model first: per-position acceptance gives the expected speed of
+        drafting k. Near its peak that speed is flat over several k (tokens per round
+        are concave in k, a round's cost linear), so the single best k is decided by
+        estimation noise; of the lengths within ``_PLATEAU`` of the best, the shortest
+        is taken (deep positions are the least certain part of the estimate).
+
+        That k is what an average draft is worth. A draft whose every token is sure is
+        worth more, so it may go on as far as a run of the top confidence band's
+        acceptance pays (the ceiling), because ``draft_cut`` ends it early once a token
+        is worth less than it costs: a token accepted with chance R yields R tokens
+        and costs one more draft step and verified token (s seconds), which pays while
+        R / s is at least the best expected speed. The floor on R is best speed x s."""
         costs = self.round_costs()
         if costs is None:
-            return _FIRST_LENGTH  # nothing measured yet
-        # Too few rounds to conclude that plain decoding is faster: leave it out.
-        rates = [1.0 / costs[0] if self._judged >= WARMUP_ROUNDS else 0.0]
-        expected, reach = 1.0, 1.0
-        for k, accept in enumerate(self.accept, start=1):
-            reach *= accept
-            expected += reach
-            rates.append(expected / costs[k])
+            return _FIRST_LENGTH, None  # nothing measured yet
+        rates = _expected_rates(self.accept, costs)
+        if self._judged < WARMUP_ROUNDS:
+            rates[0] = 0.0  # too few rounds to conclude that plain decoding is faster
         best = max(rates)
         if rates[0] == best:
-            return 0
-        plateau = [k for k in range(1, len(rates)) if rates[k] >= best * (1 - _PLATEAU)]
-        return plateau[0]
+            return 0, None
+        length = next(k for k in range(1, len(rates)) if rates[k] >= best * (1 - _PLATEAU))
+        sure = _expected_rates([self.band_accept[-1]] * AUTO_MAX, costs)
+        ceiling = sure.index(max(sure[1:]))
+        one_more_token = costs[2] - costs[1]  # a draft step and one more verified token
+        return max(length, ceiling), best * one_more_token
 
     def round_costs(self) -> list[float] | None:
         """Expected seconds of a round drafting k = 0 .. AUTO_MAX tokens (0: a plain
@@ -246,11 +292,9 @@ class DraftLengthPolicy:
 
     def observe_confidence(self, prob: float, accepted: bool) -> None:
         """A judged draft token and the drafter's probability of it."""
-        for band, edge in enumerate(CONFIDENCE_BANDS):
-            if prob < edge:
-                self._band_accept[band] = (_BAND_DECAY * self._band_accept[band]
-                                           + (1 - _BAND_DECAY) * float(accepted))
-                return
+        band = _band(prob)
+        self._band_accepted[band] = _BAND_DECAY * self._band_accepted[band] + float(accepted)
+        self._band_judged[band] = _BAND_DECAY * self._band_judged[band] + 1.0
 
     def observe_round(self, drafted: int, accepted: int) -> None:
         if drafted:
@@ -263,6 +307,23 @@ class DraftLengthPolicy:
             self._judged_at[i] = _DECAY * self._judged_at[i] + 1.0
             self._pooled[0] = _POOLED_DECAY * self._pooled[0] + hit
             self._pooled[1] = _POOLED_DECAY * self._pooled[1] + 1.0
+
+
+def _expected_rates(accept: Sequence[float], costs: Sequence[float]) -> list[float]:
+    """Expected tokens per second drafting k = 0 .. len(accept) tokens (0: a plain step),
+    for per-position acceptance ``accept`` and ``costs`` from ``round_costs``."""
+    rates = [1.0 / costs[0]]
+    expected, reach = 1.0, 1.0
+    for k, accept_k in enumerate(accept, start=1):
+        reach *= accept_k
+        expected += reach
+        rates.append(expected / costs[k])
+    return rates
+
+
+def _band(prob: float) -> int:
+    """Index of the confidence band ``prob`` falls in."""
+    return bisect_right(CONFIDENCE_BANDS, prob)
 
 
 def _line(xs: list[int], ys: list[float], weights: list[int]) -> tuple[float, float]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -47,7 +47,12 @@ class Drafter(Protocol):
         """Process a new prompt ahead of the first proposal."""
 
     def propose(self, context: Sequence[int], n_max: int, sampling: SamplingConfig,
-                rng: np.random.Generator, p_min: float) -> Draft: ...
+                rng: np.random.Generator, p_min: float,
+                go_on: Callable[[float], bool] | None = None) -> Draft:
+        """Up to ``n_max`` tokens. A token less probable than ``p_min`` is not proposed;
+        after each token, ``go_on(its probability)`` false ends the draft. Both look
+        only at the draft's own probabilities, so where a draft ends never biases
+        what the target accepts."""
 
     def close(self) -> None: ...
 
@@ -72,7 +77,8 @@ class ModelDrafter:
             self.seconds += time.perf_counter() - started
 
     def propose(self, context: Sequence[int], n_max: int, sampling: SamplingConfig,
-                rng: np.random.Generator, p_min: float) -> Draft:
+                rng: np.random.Generator, p_min: float,
+                go_on: Callable[[float], bool] | None = None) -> Draft:
         draft = Draft()
         n_max = min(n_max, self.model.n_ctx - len(context))
         if n_max <= 0:
@@ -98,6 +104,8 @@ class ModelDrafter:
             draft.probs.append(prob)
             if q is not None:
                 draft.q.append(q)
+            if go_on is not None and not go_on(prob):
+                break
             pending = [token]
         return draft
 
@@ -153,7 +161,9 @@ class LookupDrafter:
         pass
 
     def propose(self, context: Sequence[int], n_max: int, sampling: SamplingConfig,
-                rng: np.random.Generator, p_min: float) -> Draft:
+                rng: np.random.Generator, p_min: float,
+                go_on: Callable[[float], bool] | None = None) -> Draft:
+        # A copied continuation has no confidence to judge it by (each token's is 1): no cut.
         draft = Draft()
         started = time.perf_counter()
         tokens = list(context)

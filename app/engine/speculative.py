@@ -99,7 +99,8 @@ class SpeculativeEngine:
                 if spec is not None:
                     k = self.policy.draft_length(spec, room - 1)
                     if k >= spec.draft_min:
-                        draft = self.drafter.propose(committed, k, sampling, rng, self.policy.p_min(spec))
+                        draft = self.drafter.propose(committed, k, sampling, rng, self.policy.p_min(spec),
+                                                     self.policy.draft_cut(spec))
                         self.policy.observe_draft(draft.step_seconds)
                         if len(draft) < spec.draft_min:
                             draft = Draft()

@@ -190,3 +190,23 @@ def test_a_dear_first_draft_step_makes_longer_drafts_pay():
         dear_first.observe_draft([1.0, 0.4, 0.4])
     assert dear_first.first_step == 1.0 and dear_first.draft_step == even.draft_step == 0.4
     assert dear_first.best_length() > even.best_length() > 0
+
+
+def test_draft_cut_ends_a_draft_where_a_rejection_becomes_likely():
+    assert DraftLengthPolicy().draft_cut(SpecConfig(draft_max=6)) is None  # a fixed length is the user's
+    policy = trained(0.97, 0.005, {1: 0.020, 4: 0.024, 12: 0.032})
+    assert policy.draft_cut(AUTO) is None  # no length chosen yet, so no floor
+    for _ in range(40):
+        policy.observe_confidence(0.95, accepted=True)  # sure drafts always pass
+        policy.observe_confidence(0.4, accepted=True)   # unsure ones pass two times in three
+        policy.observe_confidence(0.4, accepted=True)
+        policy.observe_confidence(0.4, accepted=False)
+    assert policy.p_min(AUTO) == 0.0  # worth proposing: more often right than wrong ...
+    k = policy.draft_length(AUTO, 20)
+    assert k >= 6
+    go_on = policy.draft_cut(AUTO)
+    assert all(go_on(0.95) for _ in range(k))  # a run of sure tokens drafts the whole length
+    assert not go_on(0.4)                       # ... but not worth drafting past
+    go_on = policy.draft_cut(AUTO)              # each round starts afresh
+    assert go_on(0.95) and not go_on(0.4)
+    assert policy.band_accept[-1] > 0.95 and policy.band_accept[5] == pytest.approx(2 / 3, abs=0.05)

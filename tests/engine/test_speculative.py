@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats as scistats
 
+from app.engine.adaptive import DraftLengthPolicy
 from app.engine.chat import build_messages, chat_tokens
 from app.engine.drafters import ModelDrafter
 from app.engine.errors import ContextOverflowError
@@ -26,7 +27,16 @@ def _softmax(x):
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def test_joint_distribution_through_the_whole_loop():
+class CutWhenUnsure(DraftLengthPolicy):
+    """Ends every draft after a token the drafter gave under 0.4: where a draft ends
+    then depends on what was drawn, the case a stopping rule could bias."""
+
+    def draft_cut(self, spec):
+        return lambda prob: prob >= 0.4
+
+
+@pytest.mark.parametrize("cut", [False, True], ids=["whole drafts", "cut by confidence"])
+def test_joint_distribution_through_the_whole_loop(cut):
     """Markov target and draft, temperature 1: 3-token sequences follow the target exactly."""
     rng = np.random.default_rng(7)
     vocab = 5
@@ -34,6 +44,8 @@ def test_joint_distribution_through_the_whole_loop():
     draft_logits = target_logits + rng.normal(0, 1.0, (vocab, vocab))  # a decent, imperfect draft
     target, draft = MarkovBackend(target_logits), MarkovBackend(draft_logits)
     engine = SpeculativeEngine(target, ModelDrafter(draft, vocab))
+    if cut:
+        engine.policy = CutWhenUnsure()
     n = 20_000
     counts: Counter[tuple[int, ...]] = Counter()
     drafted = accepted = 0
@@ -54,6 +66,8 @@ def test_joint_distribution_through_the_whole_loop():
     assert scistats.chisquare(got, expected).pvalue > 1e-3
     assert 0.5 * np.abs(observed / n - exact).sum() < 0.03
     assert 0.2 < accepted / drafted < 0.95  # both accept and reject paths ran
+    # Every first round drafts two tokens (room for three) unless the cut ends it early.
+    assert (drafted < 2 * n) == cut
 
 
 def test_temperature_one_first_tokens_match_plain(q41_target, q40_draft):
@@ -97,6 +111,18 @@ def test_utf8_split_across_tokens_is_identical_with_and_without_speculation(q41_
     assert plain_text == raw.decode("utf-8", errors="ignore")[: len(plain_text)]
     assert any(ord(c) > 0x2E80 for c in plain_text), plain_text  # the model did echo CJK/emoji
     assert "\ufffd" not in plain_text
+
+
+def test_model_drafter_asks_after_each_token_whether_to_go_on(f32_target, q41_draft):
+    drafter = ModelDrafter(q41_draft, f32_target.n_vocab)
+    context = chat_tokens(f32_target, build_messages([("user", "Count from one to twenty.")]))
+    drafter.prepare(context)
+    asked: list[float] = []
+    draft = drafter.propose(context, 8, SamplingConfig(), np.random.default_rng(0), 0.0,
+                            lambda prob: asked.append(prob) or len(asked) < 3)
+    assert len(draft) == 3 and asked == draft.probs
+    whole = drafter.propose(context, 8, SamplingConfig(), np.random.default_rng(0), 0.0)
+    assert len(whole) == 8 and whole.tokens[:3] == draft.tokens
 
 
 def test_second_turn_evaluates_only_the_new_suffix(f32_target, q41_draft):
