@@ -68,6 +68,9 @@ class ModelDrafter:
         self._target_vocab = target_vocab
         # With ignore_eos the target never emits these, so drafting them is wasted.
         self._eog = np.array(sorted(eog_ids), dtype=np.int64)
+        # Otherwise a drafted end ends the draft: accepted, the reply is over; rejected,
+        # so is everything drafted after it. Either way more draft steps are wasted.
+        self._eog_set = frozenset(eog_ids)
 
     def prepare(self, context: Sequence[int]) -> None:
         pending = self._sync(context)
@@ -104,7 +107,7 @@ class ModelDrafter:
             draft.probs.append(prob)
             if q is not None:
                 draft.q.append(q)
-            if go_on is not None and not go_on(prob):
+            if token in self._eog_set or (go_on is not None and not go_on(prob)):
                 break
             pending = [token]
         return draft

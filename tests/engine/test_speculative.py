@@ -125,6 +125,17 @@ def test_model_drafter_asks_after_each_token_whether_to_go_on(f32_target, q41_dr
     assert len(whole) == 8 and whole.tokens[:3] == draft.tokens
 
 
+def test_a_drafted_end_of_generation_ends_the_draft():
+    table = np.full((5, 5), -5.0)
+    table[np.arange(5), (np.arange(5) + 1) % 5] = 5.0  # each token is surely followed by the next
+    draft = MarkovBackend(table)
+    drafter = ModelDrafter(draft, 5, eog_ids=[3])
+    proposal = drafter.propose([0, 1], 4, SamplingConfig(), np.random.default_rng(0), 0.0)
+    assert proposal.tokens == [2, 3]  # nothing after the end: it could only be wasted
+    assert ModelDrafter(MarkovBackend(table), 5).propose(
+        [0, 1], 4, SamplingConfig(), np.random.default_rng(0), 0.0).tokens == [2, 3, 4, 0]
+
+
 def test_second_turn_evaluates_only_the_new_suffix(f32_target, q41_draft):
     f32_target.trim(0)  # the session-wide models may hold this prompt from another test
     q41_draft.trim(0)
