@@ -260,7 +260,7 @@ class Resampled:
         draws = np.random.default_rng(seed).integers(0, len(runs), size=(self.DRAWS, len(runs)))
         self._rate: dict[str, float] = {}            # tokens per second over every prompt
         self._drawn_rates: dict[str, np.ndarray] = {}  # ... over each draw of prompts
-        for mode in runs[0] if runs else ():
+        for mode in runs[0]:  # every prompt ran every mode
             tokens = np.array([r[mode].tokens for r in runs], dtype=float)
             seconds = np.array([r[mode].seconds for r in runs], dtype=float)
             self._rate[mode] = float(tokens.sum() / seconds.sum())

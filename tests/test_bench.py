@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -53,7 +54,7 @@ def test_resampled_intervals_are_exact_when_every_prompt_agrees():
 
 
 def test_resampled_intervals_widen_with_disagreeing_prompts_and_hold_the_estimate():
-    rng = __import__("random").Random(1)
+    rng = random.Random(1)
     plain = [rng.uniform(2, 3) for _ in range(20)]
     spec = [(p / rng.uniform(1.1, 1.5), p / rng.uniform(1.1, 1.5)) for p in plain]
     prompts = [BenchPrompt("a" if i % 2 else "b", "q") for i in range(20)]
