@@ -31,8 +31,9 @@ import numpy as np
 from app.errors import TandemError
 from app.prompt_files import read_jsonl
 from app.engine.adaptive import DraftLengthPolicy
-from app.engine.types import SamplingConfig, SpecConfig, Stats
+from app.engine.types import COPY_MIN, SamplingConfig, SpecConfig, Stats
 
+NO_COPY = " nocopy"  # the label suffix of a setting run without copying repeats (--copy both)
 DEFAULT_PROMPTS = Path(__file__).resolve().parent.parent.parent / "shared" / "benchmarks" / "spec_bench_dev.jsonl"
 
 
@@ -63,6 +64,8 @@ class Tally:
     plain_step_seconds: float = 0.0   # inside the target's calls, plain runs
     verify_seconds: float = 0.0       # inside the target's calls, speculative runs
     draft_seconds: float = 0.0
+    copied: int = 0
+    copied_accepted: int = 0
     prompts: int = 0
 
     def add(self, plain: Stats, spec: Stats) -> None:
@@ -80,6 +83,8 @@ class Tally:
         self.plain_step_seconds += plain.target_seconds
         self.verify_seconds += spec.target_seconds
         self.draft_seconds += spec.draft_seconds
+        self.copied += spec.copied
+        self.copied_accepted += spec.copied_accepted
 
     def report(self) -> dict:
         plain_tps = self.plain_tokens / self.plain_seconds if self.plain_seconds else 0.0
@@ -109,6 +114,8 @@ class Tally:
             "v": round(v, 4),
             "ideal_speedup": round(ideal, 4),
             "efficiency": round(speedup / ideal, 4) if ideal else 0.0,
+            "copied_share": round(self.copied_accepted / self.spec_tokens, 4) if self.spec_tokens else 0.0,
+            "copy_acceptance": round(self.copied_accepted / self.copied, 4) if self.copied else 0.0,
             "python_overhead": round(self.python_seconds / (self.plain_seconds + self.spec_seconds), 4)
             if self.plain_seconds + self.spec_seconds else 0.0,
         }
@@ -156,6 +163,9 @@ def add_parser(commands, add_model_arguments) -> None:
     bench.add_argument("--draft-max", default="auto", help="N, a list like 1,3,5, or auto (default)")
     bench.add_argument("--repeat", type=int, default=1,
                        help="runs per prompt and setting; the middle one counts (default 1)")
+    bench.add_argument("--copy", choices=["on", "off", "both"], default="on",
+                       help="copy repeated text instead of drafting it (default on, as in the app); "
+                            "both: every setting runs with and without (\"8\" and \"8 nocopy\")")
     bench.add_argument("--json", action="store_true", help="print the report as one JSON object")
     bench.add_argument("--chart", type=Path, help="write a PNG chart of speed-up and acceptance per category")
     add_model_arguments(bench)
@@ -174,24 +184,35 @@ def _draft_settings(value: str) -> list[int | str]:
     return settings
 
 
+def bench_specs(draft_settings: list[int | str], copy: str = "on") -> dict[str, SpecConfig]:
+    """A label per setting to run: "8", "auto"; with ``copy="both"`` also "8 nocopy"."""
+    specs: dict[str, SpecConfig] = {}
+    for setting in draft_settings:
+        if copy in ("on", "both"):
+            specs[str(setting)] = SpecConfig(draft_max=setting, copy_min=COPY_MIN)
+        if copy in ("off", "both"):
+            specs[str(setting) + (NO_COPY if copy == "both" else "")] = SpecConfig(draft_max=setting)
+    return specs
+
+
 def run_bench(engine, target, prompts: list[BenchPrompt], draft_settings: list[int | str],
-              max_tokens: int, progress=None, repeat: int = 1) -> dict:
+              max_tokens: int, progress=None, repeat: int = 1, copy: str = "on") -> dict:
     """Each prompt runs ``repeat`` times plainly and in every draft setting, in an
     order that rotates from run to run, so drift in machine load hits every
     setting alike; the plain run is every setting's baseline for that prompt."""
-    runs = measure(engine, target, prompts, draft_settings, max_tokens, progress, repeat)
-    return summarize(prompts, runs, draft_settings)
+    specs = bench_specs(draft_settings, copy)
+    runs = measure(engine, target, prompts, specs, max_tokens, progress, repeat)
+    return summarize(prompts, runs, list(specs))
 
 
-def measure(engine, target, prompts: list[BenchPrompt], draft_settings: list[int | str],
+def measure(engine, target, prompts: list[BenchPrompt], settings: dict[str, SpecConfig],
             max_tokens: int, progress=None, repeat: int = 1) -> list[dict[str, Stats]]:
     """Per prompt, the middle run (see ``middle_run``) of each mode: "plain" and each setting."""
     from app.engine.chat import build_messages, chat_tokens
 
     greedy = SamplingConfig(temperature=0.0)
-    modes: list[str] = ["plain", *map(str, draft_settings)]
-    specs = {str(s): SpecConfig(enabled=True, draft_max=s) for s in draft_settings}
-    specs["plain"] = SpecConfig(enabled=False)
+    modes: list[str] = ["plain", *settings]
+    specs = {"plain": SpecConfig(enabled=False), **settings}
     # One cost model per setting, so one setting's measurements (or auto's choices)
     # do not colour another's.
     policies = {mode: DraftLengthPolicy() for mode in modes}
@@ -227,8 +248,8 @@ def middle_run(runs: list[Stats]) -> Stats:
     return ordered[(len(ordered) - 1) // 2]
 
 
-def summarize(prompts: list[BenchPrompt], runs: list[dict[str, Stats]], draft_settings: list[int | str]) -> dict:
-    tallies: dict[str, dict[str, Tally]] = {str(s): defaultdict(Tally) for s in draft_settings}
+def summarize(prompts: list[BenchPrompt], runs: list[dict[str, Stats]], settings: list[int | str]) -> dict:
+    tallies: dict[str, dict[str, Tally]] = {str(s): defaultdict(Tally) for s in settings}
     for prompt, by_mode in zip(prompts, runs):
         for setting in tallies:
             for key in (prompt.category, "overall"):
@@ -243,9 +264,14 @@ def summarize(prompts: list[BenchPrompt], runs: list[dict[str, Stats]], draft_se
     intervals = Resampled(runs)
     for setting in tallies:
         report[setting]["overall"]["speedup_ci"] = intervals.speedup(setting)
-    fixed = [str(s) for s in draft_settings if s != "auto"]
-    if "auto" in report and fixed:
-        report["auto"]["vs_fixed"] = {setting: intervals.ratio("auto", setting) for setting in fixed}
+    for suffix in ("", NO_COPY):
+        # auto against each fixed length, both copying or both not
+        fixed = [s for s in report if s.endswith(suffix) and s[:len(s) - len(suffix)].isdigit()]
+        if "auto" + suffix in report and fixed:
+            report["auto" + suffix]["vs_fixed"] = {s: intervals.ratio("auto" + suffix, s) for s in fixed}
+    for setting in report:
+        if setting + NO_COPY in report:
+            report[setting]["vs_no_copy"] = intervals.ratio(setting, setting + NO_COPY)
     return report
 
 
@@ -282,24 +308,33 @@ def _interval(draws: np.ndarray) -> list[float]:
 
 
 def format_table(report: dict) -> str:
-    header = (f"{'draft':>6} {'category':<15} {'plain t/s':>9} {'spec t/s':>9} {'speedup':>8} "
+    width = max(6, *map(len, report))
+    header = (f"{'draft':>{width}} {'category':<15} {'plain t/s':>9} {'spec t/s':>9} {'speedup':>8} "
               f"{'accept':>7} {'tok/rnd':>7} {'ideal':>6} {'effic':>6} {'py ovh':>6}")
     lines = [header, "-" * len(header)]
     for setting, result in report.items():
         rows = list(result["by_category"].items()) + [("OVERALL", result["overall"])]
         for cat, r in rows:
-            lines.append(f"{setting:>6} {cat:<15} {r['plain_tokens_per_second']:>9.1f} "
+            lines.append(f"{setting:>{width}} {cat:<15} {r['plain_tokens_per_second']:>9.1f} "
                          f"{r['spec_tokens_per_second']:>9.1f} {r['speedup']:>7.2f}x {r['acceptance']:>7.2f} "
                          f"{r['tokens_per_round']:>7.2f} {r['ideal_speedup']:>5.2f}x {r['efficiency']:>6.2f} "
                          f"{r['python_overhead'] * 100:>5.1f}%")
         overall = result["overall"]
         low, high = overall["speedup_ci"]
-        lines.append(f"{'':>6} speed-up 95% interval over prompts: {low:.2f}x - {high:.2f}x")
-        lines.append(f"{'':>6} measured costs: c = {overall['c']:.3f} (draft step / target step), "
+        lines.append(f"{'':>{width}} speed-up 95% interval over prompts: {low:.2f}x - {high:.2f}x")
+        if overall["copied_share"]:
+            lines.append(f"{'':>{width}} copied: {overall['copied_share']:.0%} of the tokens (repeats, "
+                         f"no draft steps), {overall['copy_acceptance']:.2f} of copied tokens accepted")
+        lines.append(f"{'':>{width}} measured costs: c = {overall['c']:.3f} (draft step / target step), "
                      f"v = {overall['v']:.3f} (verify k+1 / target step)")
-    for other, compared in report.get("auto", {}).get("vs_fixed", {}).items():
-        low, high = compared["ci"]
-        lines.append(f"auto vs draft_max={other}: {compared['ratio']:.3f}x (95% interval {low:.3f}x - {high:.3f}x)")
+    for setting, result in report.items():
+        pairs = [(setting, other) for other in result.get("vs_fixed", {})]
+        pairs += [(setting, setting + NO_COPY)] if "vs_no_copy" in result else []
+        for name, other in pairs:
+            compared = result["vs_no_copy"] if other == setting + NO_COPY else result["vs_fixed"][other]
+            low, high = compared["ci"]
+            lines.append(f"draft_max={name} vs draft_max={other}: {compared['ratio']:.3f}x "
+                         f"(95% interval {low:.3f}x - {high:.3f}x)")
     return "\n".join(lines)
 
 
@@ -317,12 +352,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if pair.engine.drafter is None:
             raise BenchError(f"Nothing to compare: {pair.engine.note}")
         report = run_bench(pair.engine, pair.target, prompts, settings, args.max_tokens, progress,
-                           args.repeat)
+                           args.repeat, args.copy)
         progress.done()
     finally:
         pair.close()
     if args.json:
-        single = report[str(settings[0])] if len(settings) == 1 else {"by_draft_max": report}
+        single = next(iter(report.values())) if len(report) == 1 else {"by_draft_max": report}
         print(json.dumps(single))
     else:
         print(format_table(report))

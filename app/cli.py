@@ -16,7 +16,7 @@ from typing import Sequence
 
 from app.errors import TandemError
 from app.prompt_files import read_jsonl
-from app.engine.types import SamplingConfig, SpecConfig
+from app.engine.types import COPY_MIN, SamplingConfig, SpecConfig
 
 
 class UsageError(TandemError):
@@ -64,6 +64,8 @@ def add_sampling_arguments(parser: argparse.ArgumentParser, *, default_draft_max
                        help="most tokens drafted per round, or 'auto' (default: %(default)s)")
     group.add_argument("--draft-min", type=int, default=1, help="fewer proposals than this: plain step")
     group.add_argument("--p-min", type=float, default=0.0, help="stop drafting below this draft probability")
+    group.add_argument("--no-copy", action="store_true",
+                       help="always run the draft model, even where the reply repeats earlier text")
     group.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     group.add_argument("--top-k", type=int, default=0)
     group.add_argument("--top-p", type=float, default=1.0)
@@ -117,7 +119,7 @@ def sampling_from(args: argparse.Namespace, seed: int | None = None) -> Sampling
 
 def spec_from(args: argparse.Namespace) -> SpecConfig:
     return SpecConfig(enabled=not args.no_speculation, draft_max=args.draft_max,
-                      draft_min=args.draft_min, p_min=args.p_min)
+                      draft_min=args.draft_min, p_min=args.p_min, copy_min=0 if args.no_copy else COPY_MIN)
 
 
 class TerminalProgress:

@@ -64,6 +64,6 @@ def _terminal_chat(args: argparse.Namespace) -> int:
     for name, value in (("temperature", 0.8), ("top_k", 40), ("top_p", 0.95), ("min_p", 0.05),
                         ("seed", None), ("max_tokens", 512), ("ignore_eos", False),
                         ("no_speculation", False), ("draft_max", "auto"), ("draft_min", 1),
-                        ("p_min", 0.0), ("system", "")):
+                        ("p_min", 0.0), ("no_copy", False), ("system", "")):
         setattr(args, name, getattr(args, name, value))
     return cmd_chat(args)

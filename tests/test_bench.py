@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from app.bench import BenchPrompt, Resampled, ideal_speedup, middle_run, read_prompts, summarize
-from app.engine.types import Stats
+from app.bench import BenchPrompt, Resampled, bench_specs, ideal_speedup, middle_run, read_prompts, summarize
+from app.engine.types import COPY_MIN, Stats
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -105,17 +105,33 @@ def test_bench_list_of_draft_lengths(demo_models, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     result = subprocess.run(
         [sys.executable, "-m", "app", "bench", "--prompts", str(prompts), "--max-tokens", "12",
-         "--draft-max", "2,auto", "--repeat", "2", "--json"],
+         "--draft-max", "2,auto", "--repeat", "2", "--copy", "both", "--json"],
         capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)["by_draft_max"]
-    assert set(report) == {"2", "auto"}
+    assert set(report) == {"2", "auto", "2 nocopy", "auto nocopy"}
     assert report["2"]["overall"]["prompts"] == 1  # two runs of the one prompt count as one
+
+    def speedup(setting):
+        return report[setting]["overall"]["speedup"]
+
     compared = report["auto"]["vs_fixed"]["2"]
-    assert compared["ratio"] == pytest.approx(report["auto"]["overall"]["speedup"] / report["2"]["overall"]["speedup"],
-                                              rel=1e-2)
+    assert compared["ratio"] == pytest.approx(speedup("auto") / speedup("2"), rel=1e-2)
     # One prompt: every draw of prompts is that prompt, so the interval is the measurement.
     assert compared["ci"] == [compared["ratio"]] * 2
+    # Copying or not, auto is set against the fixed length run the same way.
+    assert set(report["auto nocopy"]["vs_fixed"]) == {"2 nocopy"}
+    assert report["auto"]["vs_no_copy"]["ratio"] == pytest.approx(speedup("auto") / speedup("auto nocopy"), rel=1e-2)
+    assert report["2 nocopy"]["overall"]["copied_share"] == 0.0
+
+
+def test_bench_specs_label_copying_and_not():
+    specs = bench_specs([8, "auto"], "both")
+    assert list(specs) == ["8", "8 nocopy", "auto", "auto nocopy"]
+    assert specs["8"].copy_min == COPY_MIN and specs["8 nocopy"].copy_min == 0
+    assert specs["auto nocopy"].draft_max == "auto"
+    assert list(bench_specs([8], "off")) == ["8"] and bench_specs([8], "off")["8"].copy_min == 0
+    assert bench_specs([8], "on")["8"].copy_min == COPY_MIN
 
 
 def test_bench_refuses_zero_runs(tmp_path):

@@ -33,7 +33,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *needles: str) ->
 
 def test_generate_json_reports_tokens_text_and_stats(demo_models):
     result = tandem("generate", "--prompt", "Write a Python function that reverses a linked list.",
-                    "--json", "--draft-max", "5", "--max-tokens", "64", "--ignore-eos")
+                    "--json", "--draft-max", "5", "--max-tokens", "64", "--ignore-eos", "--no-copy")
     assert result.returncode == 0, result.stderr
     record = json.loads(result.stdout.strip().splitlines()[-1])
     assert set(record) == {"tokens", "text", "stats"}
@@ -44,7 +44,8 @@ def test_generate_json_reports_tokens_text_and_stats(demo_models):
     for key in ("tokens", "rounds", "drafted", "accepted", "acceptance", "tokens_per_round", "tokens_per_second"):
         assert key in stats
     assert stats["tokens"] == 64
-    assert stats["acceptance"] >= 0.9
+    assert stats["copied"] == 0
+    assert stats["acceptance"] >= 0.9  # the demo draft model's own guesses
     assert stats["tokens_per_round"] == pytest.approx(64 / stats["rounds"], abs=1e-3)
 
 
@@ -63,6 +64,15 @@ def test_raw_prompt_is_sent_as_is(demo_models):
                     "--json", "--no-speculation")
     assert result.returncode == 0, result.stderr
     assert "Paris" in json.loads(result.stdout)["text"]
+
+
+def test_a_reply_that_repeats_the_prompt_is_copied_not_drafted(demo_models):
+    prompt = "Repeat this list exactly: apples, pears, plums, cherries, grapes, lemons, limes, figs, dates."
+    result = tandem("generate", "--prompt", prompt, "--json", "--max-tokens", "48", "--draft-max", "5")
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert "apples, pears, plums, cherries" in record["text"]
+    assert record["stats"]["copied_accepted"] >= 5
 
 
 def test_lookup_drafter_runs(demo_models):

@@ -150,18 +150,30 @@ class ModelDrafter:
 
 
 class LookupDrafter:
-    """Prompt lookup: propose what followed the latest earlier match of the last n tokens."""
+    """Prompt lookup: propose what followed the latest earlier match of the last n tokens.
+
+    The n-grams are indexed as the context grows (a few dict writes per new token),
+    so a proposal costs the same after 100 tokens of chat as after 4,000.
+    """
 
     name = "lookup"
 
-    def __init__(self, target_vocab: int, ngram_max: int = 3, ngram_min: int = 1) -> None:
+    def __init__(self, target_vocab: int, ngram_max: int = 3, ngram_min: int = 1,
+                 eog_ids: Sequence[int] = ()) -> None:
         self.seconds = 0.0
         self._vocab = target_vocab
         self._ngram_max = ngram_max
-        self._ngram_min = ngram_min
+        self.ngram_min = ngram_min
+        # A copy ends before an end of turn: the target writes that token itself if it
+        # means to, and copying past it would propose the next turn of an old chat.
+        self._eog = frozenset(eog_ids)
+        self._indexed: list[int] = []
+        # n -> {n tokens: where what followed their latest occurrence starts}
+        self._follows: dict[int, dict[tuple[int, ...], int]] = {
+            n: {} for n in range(ngram_min, ngram_max + 1)}
 
     def prepare(self, context: Sequence[int]) -> None:
-        pass
+        self._index(context)
 
     def propose(self, context: Sequence[int], n_max: int, sampling: SamplingConfig,
                 rng: np.random.Generator, p_min: float,
@@ -169,17 +181,11 @@ class LookupDrafter:
         # A copied continuation has no confidence to judge it by (each token's is 1): no cut.
         draft = Draft()
         started = time.perf_counter()
-        tokens = list(context)
-        for n in range(self._ngram_max, self._ngram_min - 1, -1):
-            if len(tokens) <= n:
-                continue
-            tail = tokens[-n:]
-            # Search backwards so the most recent occurrence wins.
-            for start in range(len(tokens) - n - 1, -1, -1):
-                if tokens[start:start + n] == tail:
-                    draft.tokens = tokens[start + n:start + n + n_max]
-                    break
-            if draft.tokens:
+        self._index(context)
+        for n in range(self._ngram_max, self.ngram_min - 1, -1):
+            start = self._follows[n].get(tuple(context[-n:])) if len(context) > n else None
+            if start is not None:
+                draft.tokens = self._copy(context, start, n_max)
                 break
         draft.probs = [1.0] * len(draft.tokens)
         if draft.tokens:
@@ -192,6 +198,30 @@ class LookupDrafter:
                 q[token] = 1.0
                 draft.q.append(q)
         return draft
+
+    def _copy(self, context: Sequence[int], start: int, n_max: int) -> list[int]:
+        copied = []
+        for token in context[start:start + n_max]:
+            if token in self._eog:
+                break
+            copied.append(token)
+        return copied
+
+    def _index(self, context: Sequence[int]) -> None:
+        """Bring the n-gram index up to ``context``: extend it, or rebuild it when the
+        context is not a continuation of what was indexed (another chat, an edit)."""
+        kept = common_prefix(self._indexed, context)
+        if kept < len(self._indexed):
+            kept = 0
+            self._indexed = []
+            for follows in self._follows.values():
+                follows.clear()
+        # Only positions with a token after them: the context's own tail never matches itself.
+        for i in range(max(kept, self.ngram_min), len(context)):
+            for n, follows in self._follows.items():
+                if i >= n:
+                    follows[tuple(context[i - n:i])] = i
+        self._indexed.extend(context[kept:])
 
     def close(self) -> None:
         pass

@@ -25,7 +25,7 @@ import numpy as np
 from app.engine.adaptive import DraftLengthPolicy
 from app.engine.backend import ModelBackend
 from app.engine.detokenize import StreamingDetokenizer, token_display_text
-from app.engine.drafters import Draft, Drafter, common_prefix
+from app.engine.drafters import Draft, Drafter, LookupDrafter, common_prefix
 from app.engine.errors import ContextOverflowError
 from app.engine.sampling import greedy_accept, rejection_accept, sample, warp
 from app.engine.types import SamplingConfig, SpecConfig, Stats, TokenEvent, TokenKind
@@ -53,6 +53,7 @@ class SpeculativeEngine:
         self.drafter = drafter
         self.note = note  # why there is no drafter, when there is none
         self.policy = DraftLengthPolicy()
+        self._copier: LookupDrafter | None = None  # for SpecConfig.copy_min, made on first use
 
     def generate(self, prompt: Sequence[int], sampling: SamplingConfig = SamplingConfig(),
                  spec: SpecConfig = SpecConfig(), max_tokens: int = 256,
@@ -95,15 +96,18 @@ class SpeculativeEngine:
 
                 # 1. Draft.
                 round_started = time.perf_counter()
-                draft = Draft()
+                draft, copied = Draft(), False
                 if spec is not None:
                     k = self.policy.draft_length(spec, room - 1)
                     if k >= spec.draft_min:
-                        draft = self.drafter.propose(committed, k, sampling, rng, self.policy.p_min(spec),
-                                                     self.policy.draft_cut(spec))
-                        self.policy.observe_draft(draft.step_seconds)
+                        draft = self._copy(committed, k, sampling, rng, spec.copy_min)
+                        copied = len(draft) > 0
+                        if not copied:
+                            draft = self.drafter.propose(committed, k, sampling, rng, self.policy.p_min(spec),
+                                                         self.policy.draft_cut(spec))
+                            self.policy.observe_draft(draft.step_seconds)
                         if len(draft) < spec.draft_min:
-                            draft = Draft()
+                            draft, copied = Draft(), False
 
                 # 2. Verify: one target batch, logits at the k+1 positions only.
                 batch = [committed[-1], *draft.tokens]
@@ -131,11 +135,17 @@ class SpeculativeEngine:
                 stats.rejections += n_accepted < len(draft)
                 for i in range(len(draft)):
                     stats.count_position(i, i < n_accepted)
-                self.policy.observe_round(len(draft), n_accepted)
-                self._observe_confidence(draft, n_accepted, token, sampling)
-                if draft.tokens:
-                    self.policy.observe_overhead(time.perf_counter() - round_started - elapsed
-                                                 - sum(draft.step_seconds) - draft.catchup_seconds)
+                if copied:
+                    # A copy says nothing about the draft model's guesses: keep it out of
+                    # what the policy learns of them.
+                    stats.copied += len(draft)
+                    stats.copied_accepted += n_accepted
+                else:
+                    self.policy.observe_round(len(draft), n_accepted)
+                    self._observe_confidence(draft, n_accepted, token, sampling)
+                    if draft.tokens:
+                        self.policy.observe_overhead(time.perf_counter() - round_started - elapsed
+                                                     - sum(draft.step_seconds) - draft.catchup_seconds)
 
                 for event in self._events(draft, n_accepted, token, detok):
                     if event.id in target.eog_ids and masked is None:
@@ -149,6 +159,16 @@ class SpeculativeEngine:
             stats.seconds = time.perf_counter() - started
             if self.drafter is not None:
                 stats.draft_seconds = self.drafter.seconds - draft_seconds0
+
+    def _copy(self, committed: list[int], k: int, sampling: SamplingConfig,
+               rng: np.random.Generator, copy_min: int) -> Draft:
+        """What followed the latest earlier occurrence of the last ``copy_min`` tokens,
+        when the drafter is a model (prompt lookup copies by itself)."""
+        if not copy_min or self.drafter is None or self.drafter.name == "lookup":
+            return Draft()
+        if self._copier is None or self._copier.ngram_min != copy_min:
+            self._copier = LookupDrafter(self.target.n_vocab, copy_min, copy_min, self.target.eog_ids)
+        return self._copier.propose(committed, k, sampling, rng, 0.0)
 
     def _prefill(self, committed: list[int], stats: Stats) -> None:
         """Bring both caches to the prompt minus its last token, reusing any common prefix."""

@@ -118,6 +118,9 @@ class Settings:
         "auto", "Most tokens drafted per round ('auto' lets the engine choose).", _auto_or(_integer(1, 16)))
     draft_min: int = option(1, "Fewer drafted tokens than this: decode plainly that round.", _integer(1))
     p_min: float = option(0.0, "Stop drafting when the draft's top probability falls below this.", _number(0.0, 1.0))
+    copy_repeats: bool = option(
+        True, "When the reply repeats text from the chat, copy it as the guess instead of "
+        "running the draft model.", _flag)
     # Hardware
     target_gpu_layers: int = option(-1, "Target layers offloaded to the GPU (-1: all).", _integer(-1))
     draft_gpu_layers: int = option(-1, "Draft layers offloaded to the GPU (-1: all).", _integer(-1))

@@ -42,7 +42,7 @@ from app.bridge.async_glue import PairChecker
 from app.bridge.gpu_poller import GpuPoller
 from app.bridge.models import LoadInfo, ModelSpec
 from app.bridge.worker import EngineClient
-from app.engine.types import SamplingConfig, SpecConfig, Stats, TokenEvent
+from app.engine.types import COPY_MIN, SamplingConfig, SpecConfig, Stats, TokenEvent
 from app.errors import TandemError
 from app.storage.settings import LoadedSettings, Settings, load_settings, save_settings
 from app.ui.chat_view import ChatView
@@ -349,7 +349,8 @@ class MainWindow(QMainWindow):
 
     def spec_config(self) -> SpecConfig:
         s = self.settings
-        return SpecConfig(enabled=s.speculation, draft_max=s.draft_max, draft_min=s.draft_min, p_min=s.p_min)
+        return SpecConfig(enabled=s.speculation, draft_max=s.draft_max, draft_min=s.draft_min, p_min=s.p_min,
+                          copy_min=COPY_MIN if s.copy_repeats else 0)
 
     def _start_reply(self) -> ChatMessage | None:
         history = self.chat_view.history()

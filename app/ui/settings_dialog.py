@@ -36,7 +36,8 @@ from app.storage.settings import Settings, options
 LABELS = {
     "target_path": "Target model", "draft_path": "Draft model", "drafter": "Guesses from",
     "speculation": "Speculative decoding", "draft_max": "Draft length (max)", "draft_min": "Draft length (min)",
-    "p_min": "Stop drafting below p", "target_gpu_layers": "Target GPU layers",
+    "p_min": "Stop drafting below p", "copy_repeats": "Repeated text",
+    "target_gpu_layers": "Target GPU layers",
     "draft_gpu_layers": "Draft GPU layers", "n_ctx": "Context size", "n_threads": "CPU threads",
     "flash_attention": "Flash attention",
     "temperature": "Temperature", "top_k": "Top-k", "top_p": "Top-p", "min_p": "Min-p", "seed": "Seed",
@@ -44,7 +45,7 @@ LABELS = {
 }
 PAGES = {
     "Models": ("target_path", "drafter", "draft_path"),
-    "Speculation": ("speculation", "draft_max", "draft_min", "p_min"),
+    "Speculation": ("speculation", "draft_max", "draft_min", "p_min", "copy_repeats"),
     "Sampling": ("temperature", "top_k", "top_p", "min_p", "seed", "max_tokens"),
     "Hardware": ("target_gpu_layers", "draft_gpu_layers", "n_ctx", "n_threads", "flash_attention"),
     "System prompt": ("system_prompt",),
@@ -248,6 +249,8 @@ class SettingsDialog(QDialog):
         speculating = self.editors["speculation"].isChecked()
         for name in ("draft_max", "draft_min", "p_min"):
             self.editors[name].setEnabled(speculating)
+        # Prompt lookup copies anyway: the option only spares a draft model its steps.
+        self.editors["copy_repeats"].setEnabled(speculating and uses_model)
 
     def _make_editors(self) -> dict[str, QWidget]:
         drafter = _combo(DRAFTERS)
@@ -261,6 +264,7 @@ class SettingsDialog(QDialog):
             "draft_max": _spin(0, 16, special="auto", suffix=" tokens"),
             "draft_min": _spin(1, 16, suffix=" tokens"),
             "p_min": _double(0.0, 1.0, 0.05),
+            "copy_repeats": QCheckBox("Copy text that repeats earlier text instead of drafting it"),
             "temperature": _double(0.0, 5.0, 0.1),
             "top_k": _spin(0, 1000, special="off"),
             "top_p": _double(0.01, 1.0, 0.05),

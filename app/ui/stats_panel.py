@@ -101,7 +101,11 @@ class StatsPanel(QWidget):
         if stats.speculative:
             self.acceptance_label.setText(percent(stats.acceptance))
             self.per_round_label.setText(f"{stats.tokens_per_round:.2f}")
-            self.drafted_label.setText(f"{stats.accepted} / {stats.drafted}")
+            drafted = f"{stats.accepted} / {stats.drafted}"
+            if stats.copied:
+                # Guesses copied from earlier text cost no draft-model steps: worth telling apart.
+                drafted += f" (copied: {stats.copied_accepted} / {stats.copied})"
+            self.drafted_label.setText(drafted)
         else:
             for label in (self.acceptance_label, self.per_round_label, self.drafted_label):
                 label.setText("n/a (plain decoding)" if label is self.acceptance_label else DASH)

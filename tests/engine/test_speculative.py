@@ -35,8 +35,9 @@ class CutWhenUnsure(DraftLengthPolicy):
         return lambda prob: prob >= 0.4
 
 
-@pytest.mark.parametrize("cut", [False, True], ids=["whole drafts", "cut by confidence"])
-def test_joint_distribution_through_the_whole_loop(cut):
+@pytest.mark.parametrize("cut, copy_min", [(False, 0), (True, 0), (False, 1)],
+                         ids=["whole drafts", "cut by confidence", "copying repeats"])
+def test_joint_distribution_through_the_whole_loop(cut, copy_min):
     """Markov target and draft, temperature 1: 3-token sequences follow the target exactly."""
     rng = np.random.default_rng(7)
     vocab = 5
@@ -48,13 +49,17 @@ def test_joint_distribution_through_the_whole_loop(cut):
         engine.policy = CutWhenUnsure()
     n = 20_000
     counts: Counter[tuple[int, ...]] = Counter()
-    drafted = accepted = 0
+    drafted = accepted = copied = 0
+    # Markov: only the last token matters. Copying, the prompt holds an earlier 1 followed
+    # by 2, 0: every first round copies those (a one-hot proposal, judged by the same rule).
+    prompt = [3, 4, 1, 2, 0, 1] if copy_min else [0, 1]
     for seed in range(n):
-        generation = engine.generate([0, 1], SamplingConfig(temperature=1.0, seed=seed),
-                                     SpecConfig(draft_max=3), max_tokens=3)
+        generation = engine.generate(prompt, SamplingConfig(temperature=1.0, seed=seed),
+                                     SpecConfig(draft_max=3, copy_min=copy_min), max_tokens=3)
         counts[tuple(e.id for e in generation)] += 1
         drafted += generation.stats.drafted
         accepted += generation.stats.accepted
+        copied += generation.stats.copied
     p = _softmax(target_logits)
     sequences = [(a, b, c) for a in range(vocab) for b in range(vocab) for c in range(vocab)]
     exact = np.array([p[1, a] * p[a, b] * p[b, c] for a, b, c in sequences])
@@ -68,6 +73,7 @@ def test_joint_distribution_through_the_whole_loop(cut):
     assert 0.2 < accepted / drafted < 0.95  # both accept and reject paths ran
     # Every first round drafts two tokens (room for three) unless the cut ends it early.
     assert (drafted < 2 * n) == cut
+    assert (copied >= 2 * n) == (copy_min > 0)
 
 
 def test_temperature_one_first_tokens_match_plain(q41_target, q40_draft):

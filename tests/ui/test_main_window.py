@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QApplication, QDialogButtonBox
 
 from app.bridge.models import LoadInfo
 from app.engine.errors import ModelFileError
-from app.engine.types import TokenEvent, TokenKind
+from app.engine.types import COPY_MIN, TokenEvent, TokenKind
 from app.gpu.monitor import NO_GPU_MESSAGE
 from app.storage import paths
 from app.storage.settings import Settings, load_settings
@@ -122,11 +122,13 @@ def test_reply_stats_stay_with_the_message_and_fill_the_panel(scripted, qtbot):
 def test_speculation_and_sampling_changes_apply_to_the_next_message_without_reload(scripted, qtbot):
     window, loader = scripted()
     send_and_wait(qtbot, window, "one")
-    window.apply_settings(window.settings.replace(speculation=False, draft_max=3, temperature=0.3, max_tokens=7))
+    window.apply_settings(window.settings.replace(speculation=False, draft_max=3, temperature=0.3, max_tokens=7,
+                                                  copy_repeats=False))
     assert not window.client.loading
     send_and_wait(qtbot, window, "two")
     (_, first_spec, _), (sampling, spec, max_tokens) = loader.engine.calls
     assert first_spec.enabled and not spec.enabled
+    assert first_spec.copy_min == COPY_MIN and spec.copy_min == 0  # copying repeats is on by default
     assert spec.draft_max == 3 and sampling.temperature == 0.3 and max_tokens == 7
     assert len(loader.specs) == 1  # loaded once
 

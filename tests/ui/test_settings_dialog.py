@@ -29,7 +29,7 @@ def test_every_setting_but_window_state_has_an_editor_with_its_description(make_
 
 def test_values_round_trip(make_dialog):
     settings = Settings(target_path="/m/t.gguf", draft_path="/m/d.gguf", drafter="lookup", speculation=False,
-                        draft_max=7, draft_min=2, p_min=0.35, target_gpu_layers=20, draft_gpu_layers=0,
+                        draft_max=7, draft_min=2, p_min=0.35, copy_repeats=False, target_gpu_layers=20, draft_gpu_layers=0,
                         n_ctx=8192, n_threads=6, temperature=1.25, top_k=0, top_p=0.5, min_p=0.1, seed=42,
                         max_tokens=300, system_prompt="Line one\nline <two>", show_colours=False,
                         window_geometry="AAAA")
@@ -49,9 +49,11 @@ def test_special_values_read_as_words(make_dialog):
 def test_lookup_drafter_disables_the_draft_model_fields(make_dialog):
     dialog = make_dialog(Settings(drafter="lookup"))
     assert not dialog.editors["draft_path"].isEnabled()
+    assert not dialog.editors["copy_repeats"].isEnabled()  # lookup copies anyway
     assert "needs no draft model" in dialog.compat_label.text()
     dialog.editors["drafter"].setCurrentIndex(0)
     assert dialog.editors["draft_path"].isEnabled()
+    assert dialog.editors["copy_repeats"].isEnabled()
 
 
 def test_a_pair_check_is_requested_once_typing_settles(make_dialog, qtbot):
