@@ -7,7 +7,8 @@ With ``--repeat N`` each prompt runs N times in every setting and its middle run
 counts (a moment of load elsewhere slows one run, not all of them); the overall
 speed-up carries a 95% interval from resampling the prompts, and auto is set
 against each fixed length prompt by prompt, so "auto beats 8" can be told from
-noise.
+noise. ``--copy both`` runs every setting with and without copying repeats
+(``SpecConfig.copy_min``) and sets the two against each other the same way.
 Next to the measured speed-up stands DESIGN.md §2's ideal for the measured
 acceptance α, draft length k and cost ratios c (draft step / target step) and
 v (verifying k+1 tokens / target step); efficiency = measured / ideal. The costs are

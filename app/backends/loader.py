@@ -61,7 +61,7 @@ def load_pair(target_path: str | Path, draft_path: str | Path | None = None, *,
         elif drafter == "model":
             note = "no draft model is set"
         elif drafter == "lookup":
-            chosen = LookupDrafter(target.n_vocab)
+            chosen = LookupDrafter(target.n_vocab, eog_ids=target.eog_ids)
         else:
             note = "speculation is off"
     except BaseException:

@@ -3,7 +3,8 @@
 ``ModelDrafter`` runs a small GGUF model. ``LookupDrafter`` needs no model: it
 copies what followed the latest earlier occurrence of the last few tokens
 (prompt lookup), which pays off when answers quote their prompt (code edits,
-summaries, RAG).
+summaries, RAG). With a draft model the engine uses a stricter lookup first
+(``SpecConfig.copy_min`` tokens must match) and drafts only where nothing repeats.
 """
 
 from __future__ import annotations

@@ -8,6 +8,12 @@ Invariants, checked below:
   rejected drafts leave no trace. The draft model re-syncs to the committed
   tokens at the start of its next proposal (see ``ModelDrafter.propose``).
 
+Copying repeats (``SpecConfig.copy_min``): when the last few committed tokens
+occurred earlier, what followed them there is the round's guess instead of the
+draft model's. It is verified like any draft (greedy or by the rejection rule,
+with a one-hot q), so it stays lossless; it costs no draft steps, and the draft
+model catches up on the accepted part in one batch at its next proposal.
+
 Acceptance (``sampling.py``): greedy keeps d_i while it equals the target's
 argmax; sampled keeps d_i with probability min(1, p(d_i)/q(d_i)) and on the first
 rejection draws from norm(max(0, p - q)), so every emitted token is distributed
