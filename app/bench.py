@@ -267,7 +267,7 @@ def summarize(prompts: list[BenchPrompt], runs: list[dict[str, Stats]], settings
         report[setting]["overall"]["speedup_ci"] = intervals.speedup(setting)
     for suffix in ("", NO_COPY):
         # auto against each fixed length, both copying or both not
-        fixed = [s for s in report if s.endswith(suffix) and s[:len(s) - len(suffix)].isdigit()]
+        fixed = [s for s in report if s.endswith(suffix) and s.removesuffix(suffix).isdigit()]
         if "auto" + suffix in report and fixed:
             report["auto" + suffix]["vs_fixed"] = {s: intervals.ratio("auto" + suffix, s) for s in fixed}
     for setting in report:
@@ -329,12 +329,12 @@ def format_table(report: dict) -> str:
         lines.append(f"{'':>{width}} measured costs: c = {overall['c']:.3f} (draft step / target step), "
                      f"v = {overall['v']:.3f} (verify k+1 / target step)")
     for setting, result in report.items():
-        pairs = [(setting, other) for other in result.get("vs_fixed", {})]
-        pairs += [(setting, setting + NO_COPY)] if "vs_no_copy" in result else []
-        for name, other in pairs:
-            compared = result["vs_no_copy"] if other == setting + NO_COPY else result["vs_fixed"][other]
+        comparisons = list(result.get("vs_fixed", {}).items())
+        if "vs_no_copy" in result:
+            comparisons.append((setting + NO_COPY, result["vs_no_copy"]))
+        for other, compared in comparisons:
             low, high = compared["ci"]
-            lines.append(f"draft_max={name} vs draft_max={other}: {compared['ratio']:.3f}x "
+            lines.append(f"draft_max={setting} vs draft_max={other}: {compared['ratio']:.3f}x "
                          f"(95% interval {low:.3f}x - {high:.3f}x)")
     return "\n".join(lines)
 

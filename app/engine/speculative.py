@@ -170,7 +170,7 @@ class SpeculativeEngine:
                rng: np.random.Generator, copy_min: int) -> Draft:
         """What followed the latest earlier occurrence of the last ``copy_min`` tokens,
         when the drafter is a model (prompt lookup copies by itself)."""
-        if not copy_min or self.drafter is None or self.drafter.name == "lookup":
+        if not copy_min or self.drafter.name == "lookup":
             return Draft()
         if self._copier is None or self._copier.ngram_min != copy_min:
             self._copier = LookupDrafter(self.target.n_vocab, copy_min, copy_min, self.target.eog_ids)
