@@ -4,9 +4,17 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
+    from app.backends.build_check import PROBE_FLAG  # the child process of the build check
+
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == [PROBE_FLAG]:
+        # Nothing else imported: this process exists to be killed by a bad build.
+        from app.backends.probe import main as probe
+
+        return probe(argv[1:])
     from app.cli import run
 
-    return run(sys.argv[1:] if argv is None else argv)
+    return run(argv)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,9 @@ from app.engine.adaptive import DraftLengthPolicy
 from app.engine.types import COPY_MIN, SamplingConfig, SpecConfig, Stats
 
 NO_COPY = " nocopy"  # the label suffix of a setting run without copying repeats (--copy both)
-DEFAULT_PROMPTS = Path(__file__).resolve().parent.parent.parent / "shared" / "benchmarks" / "spec_bench_dev.jsonl"
+# Two prompts per Spec-Bench category, written for Tandem and shipped in the package, so the
+# bench runs from a pip install or the bundle; --prompts takes Spec-Bench's own files.
+DEFAULT_PROMPTS = Path(__file__).resolve().parent / "resources" / "bench_prompts.jsonl"
 
 
 class BenchError(TandemError):
@@ -157,7 +159,8 @@ def read_prompts(path: Path, limit: int | None, categories: set[str] | None) -> 
 def add_parser(commands, add_model_arguments) -> None:
     bench = commands.add_parser("bench", help="measure speculative vs plain decoding")
     bench.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS,
-                       help="Spec-Bench JSONL (question_id, category, turns) or {\"prompt\"} lines")
+                       help="Spec-Bench JSONL (question_id, category, turns) or {\"prompt\"} lines "
+                            "(default: the 26 prompts shipped with Tandem, two per Spec-Bench category)")
     bench.add_argument("--limit", type=int, default=None, help="at most this many prompts (spread over categories)")
     bench.add_argument("--categories", default=None, help="comma-separated categories to run")
     bench.add_argument("--max-tokens", type=int, default=128)

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import math
+import stat
 import sys
 import threading
 from dataclasses import dataclass
@@ -15,8 +18,9 @@ from pathlib import Path
 from typing import Sequence
 
 from app.errors import TandemError
+from app.logs import FILE_ONLY
 from app.prompt_files import read_jsonl
-from app.engine.types import COPY_MIN, SamplingConfig, SpecConfig
+from app.engine.types import COPY_MIN, DRAFT_MAX_RANGE, SamplingConfig, SpecConfig
 
 
 class UsageError(TandemError):
@@ -24,61 +28,136 @@ class UsageError(TandemError):
 
 
 # -- argument parsing ---------------------------------------------------------------
+# Value types: a bad value is one line from argparse, exit 2, never a traceback later.
+def _whole(low: int | None = None, high: int | None = None, *, what: str = "a whole number"):
+    def parse(value: str) -> int:
+        try:
+            n = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not {what}") from None
+        if (low is not None and n < low) or (high is not None and n > high):
+            raise argparse.ArgumentTypeError(f"{n} is out of range ({_range(low, high)})")
+        return n
+    return parse
+
+
+def _real(low: float, high: float | None = None, *, low_open: bool = False):
+    def parse(value: str) -> float:
+        try:
+            x = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+        if not math.isfinite(x):
+            raise argparse.ArgumentTypeError(f"{value!r} is not a finite number")
+        if x < low or (low_open and x == low) or (high is not None and x > high):
+            raise argparse.ArgumentTypeError(f"{x:g} is out of range ({_range(low, high, low_open=low_open)})")
+        return x
+    return parse
+
+
+def _range(low, high, *, low_open: bool = False) -> str:
+    if high is None:
+        return f"{'above' if low_open else 'at least'} {low}"
+    return f"{low} to {high}" if not low_open else f"above {low}, at most {high}"
+
+
 def _draft_max(value: str) -> int | str:
     if value == "auto":
         return value
+    low, high = DRAFT_MAX_RANGE
+    return _whole(low, high, what="a whole number or 'auto'")(value)
+
+
+def _seed(value: str) -> int | None:
+    """-1 (or nothing) is a new random seed each run, as in llama.cpp."""
+    n = _whole(-1, 2**63 - 1)(value)
+    return None if n == -1 else n
+
+
+def _text(value: str) -> str:
     try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError("expected a whole number or 'auto'") from None
-    if not 1 <= n <= 64:
-        raise argparse.ArgumentTypeError("must be between 1 and 64")
-    return n
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError("is not valid UTF-8 text") from None
+    return value
+
+
+def _regular_file(value: str) -> Path:
+    """A file to read whole: refused up front if it is a FIFO, a device or a folder."""
+    path = Path(value)
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"{value}: {exc.strerror or 'cannot be read'}") from None
+    if not stat.S_ISREG(mode):
+        raise argparse.ArgumentTypeError(f"{value} is not a regular file")
+    return path
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line (with where to find help), exit code 2."""
+
+    def error(self, message: str):  # noqa: D401 - argparse's hook
+        self.exit(2, f"tandem: error: {message} (see {self.prog} --help)\n")
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, *, in_command: bool = True) -> None:
+    """Model options, with llama.cpp's spellings as aliases (-m, -md, -c, -ngl, -ngld, -t)."""
     # Accepted before or after the command; a command's parser must not reset
-    # what was given before it, hence SUPPRESS there.
+    # what was given before it, hence SUPPRESS there (and defaults written into the help).
     def default(value):
         return argparse.SUPPRESS if in_command else value
 
     group = parser.add_argument_group("models (default: the demo pair)")
-    group.add_argument("--target", type=Path, default=default(None),
-                       help="target GGUF (the model whose output you get)")
-    group.add_argument("--draft", type=Path, default=default(None),
-                       help="draft GGUF (a small model of the same family)")
+    group.add_argument("--target", "-m", "--model", type=Path, default=default(None),
+                       help="target GGUF, the model whose output you get (default: the demo target)")
+    group.add_argument("--draft", "-md", "--model-draft", type=Path, default=default(None),
+                       help="draft GGUF, a small model of the same family (default: the demo draft)")
     group.add_argument("--drafter", choices=["model", "lookup"], default=default("model"),
-                       help="draft with a model or with prompt lookup (no model)")
-    group.add_argument("--n-ctx", type=int, default=default(4096), help="context size in tokens")
-    group.add_argument("--threads", type=int, default=default(0), help="CPU threads (0: automatic)")
+                       help="draft with a model or with prompt lookup, no model (default: model)")
+    group.add_argument("--n-ctx", "-c", "--ctx-size", type=_whole(16, 2**24), default=default(4096),
+                       help="context size in tokens (default: 4096)")
+    group.add_argument("--threads", "-t", type=_whole(0, 1024), default=default(0),
+                       help="CPU threads (default: 0, automatic)")
     group.add_argument("--flash-attn", choices=["auto", "on", "off"], default=default("auto"),
-                       help="flash attention (auto: off on a CPU, where it slows long prompts)")
-    group.add_argument("--gpu-layers", type=int, default=default(-1),
-                       help="layers to offload to the GPU (-1: all)")
+                       help="flash attention (default: auto, off on a CPU where it slows long prompts)")
+    group.add_argument("--gpu-layers", "-ngl", "--n-gpu-layers", type=_whole(-1, 100_000), default=default(-1),
+                       help="target layers offloaded to the GPU (default: -1, all)")
+    group.add_argument("--draft-gpu-layers", "-ngld", "--n-gpu-layers-draft", type=_whole(-1, 100_000),
+                       default=default(None), help="draft layers offloaded to the GPU (default: as --gpu-layers)")
 
 
 def add_sampling_arguments(parser: argparse.ArgumentParser, *, default_draft_max: str = "5") -> None:
+    low, high = DRAFT_MAX_RANGE
     group = parser.add_argument_group("decoding")
     group.add_argument("--no-speculation", action="store_true", help="decode plainly with the target")
     group.add_argument("--draft-max", type=_draft_max, default=_draft_max(default_draft_max),
-                       help="most tokens drafted per round, or 'auto' (default: %(default)s)")
-    group.add_argument("--draft-min", type=int, default=1, help="fewer proposals than this: plain step")
-    group.add_argument("--p-min", type=float, default=0.0, help="stop drafting below this draft probability")
+                       help=f"most tokens drafted per round, {low}-{high} or 'auto' (default: %(default)s)")
+    group.add_argument("--draft-min", type=_whole(1, high), default=1,
+                       help="fewer proposals than this: a plain step instead (default: %(default)s)")
+    group.add_argument("--p-min", "--draft-p-min", type=_real(0.0, 1.0), default=0.0,
+                       help="stop drafting below this draft probability (default: %(default)s)")
     group.add_argument("--no-copy", action="store_true",
                        help="always run the draft model, even where the reply repeats earlier text")
-    group.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    group.add_argument("--top-k", type=int, default=0)
-    group.add_argument("--top-p", type=float, default=1.0)
-    group.add_argument("--min-p", type=float, default=0.0)
-    group.add_argument("--seed", type=int, default=None)
-    group.add_argument("--max-tokens", type=int, default=256)
+    group.add_argument("--temperature", "--temp", type=_real(0.0, 100.0), default=0.0,
+                       help="sampling temperature, 0 = greedy (default: %(default)s)")
+    group.add_argument("--top-k", type=_whole(0), default=0, help="keep the k likeliest tokens, 0 = all (default: %(default)s)")
+    group.add_argument("--top-p", type=_real(0.0, 1.0, low_open=True), default=1.0,
+                       help="nucleus sampling mass, 1 = off (default: %(default)s)")
+    group.add_argument("--min-p", type=_real(0.0, 1.0), default=0.0,
+                       help="drop tokens below this share of the likeliest, 0 = off (default: %(default)s)")
+    group.add_argument("--seed", "-s", type=_seed, default=None,
+                       help="random seed for sampling, -1 = a new one each run (default: -1)")
+    group.add_argument("--max-tokens", "-n", "--n-predict", type=_whole(1, 1_000_000), default=256,
+                       help="most tokens in a reply (default: %(default)s)")
     group.add_argument("--ignore-eos", action="store_true", help="never stop at end-of-sequence")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tandem", description=(
+    parser = _Parser(prog="tandem", description=(
         "Chat with a local GGUF model, sped up losslessly by a draft model. "
         "Without a command the chat window opens."))
+    parser.add_argument("--version", action="version", version=version_text())
     parser.add_argument("--self-test", action="store_true",
                         help="check that speculation works on this machine, then exit")
     parser.add_argument("-v", "--verbose", action="store_true", help="log llama.cpp's messages")
@@ -87,12 +166,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     gen = commands.add_parser("generate", help="generate text for one prompt or a file of prompts")
     source = gen.add_mutually_exclusive_group(required=True)
-    source.add_argument("--prompt", help="the prompt text")
-    source.add_argument("--prompts", type=Path, help='JSONL file of {"prompt": ..., "seed": ...} lines')
+    source.add_argument("--prompt", "-p", type=_text, help="the prompt text")
+    source.add_argument("--prompts", type=_regular_file, help='JSONL file of {"prompt": ..., "seed": ...} lines')
     add_model_arguments(gen)
     add_sampling_arguments(gen)
     gen.add_argument("--raw", action="store_true", help="send the prompt as is, not as a chat message")
-    gen.add_argument("--system", default="", help="system prompt for chat mode")
+    gen.add_argument("--system", type=_text, default="", help="system prompt for chat mode (default: none)")
     gen.add_argument("--json", action="store_true", help="one JSON object per prompt")
 
     check = commands.add_parser("check-pair", help="can DRAFT speculate for TARGET? (exit 0 yes, 1 no)")
@@ -103,11 +182,23 @@ def build_parser() -> argparse.ArgumentParser:
     chat = commands.add_parser("chat", help="chat in the terminal")
     add_model_arguments(chat)
     add_sampling_arguments(chat, default_draft_max="auto")
-    chat.add_argument("--system", default="")
+    chat.add_argument("--system", type=_text, default="", help="system prompt (default: none)")
 
     from app import bench  # the bench command defines its own options
     bench.add_parser(commands, add_model_arguments)
     return parser
+
+
+def version_text() -> str:
+    from importlib import metadata
+
+    from app import __version__
+
+    try:
+        llama = metadata.version("llama-cpp-python")
+    except metadata.PackageNotFoundError:
+        llama = "not installed"
+    return f"tandem {__version__} (llama-cpp-python {llama}, Python {sys.version.split()[0]})"
 
 
 # -- shared helpers ---------------------------------------------------------------
@@ -168,12 +259,17 @@ def resolve_models(args: argparse.Namespace, progress: TerminalProgress | None =
     return target, draft
 
 
+def draft_gpu_layers(args: argparse.Namespace) -> int:
+    chosen = getattr(args, "draft_gpu_layers", None)
+    return args.gpu_layers if chosen is None else chosen
+
+
 def load(args: argparse.Namespace, progress: TerminalProgress | None = None):
     from app.backends.loader import load_pair
 
     target, draft = resolve_models(args, progress)
     pair = load_pair(target, draft, drafter=args.drafter, n_ctx=args.n_ctx, target_gpu_layers=args.gpu_layers,
-                     draft_gpu_layers=args.gpu_layers, n_threads=args.threads,
+                     draft_gpu_layers=draft_gpu_layers(args), n_threads=args.threads,
                      flash_attention=args.flash_attn,
                      progress=(lambda what, f: progress(f"Loading {what} model", f)) if progress else None)
     if progress:
@@ -300,6 +396,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     _configure_logging(args.verbose)
     handlers = {"generate": cmd_generate, "check-pair": cmd_check_pair, "chat": cmd_chat}
     try:
+        if args.self_test or args.command in ("generate", "chat", "bench"):
+            ensure_llama_runs()
         if args.self_test:
             from app.selftest import run_self_test
 
@@ -313,17 +411,30 @@ def run(argv: Sequence[str] | None = None) -> int:
         from app.gui import launch
 
         return launch(args)
-    except TandemError as exc:
+    except UsageError as exc:
         print(f"tandem: error: {exc}", file=sys.stderr)
         return 2
+    except TandemError as exc:  # the input was fine; something failed while running
+        logging.getLogger("tandem").error("%s", exc, extra=FILE_ONLY)
+        print(f"tandem: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 
 
 def _configure_logging(verbose: bool) -> None:
-    import logging
+    from app import __version__
+    from app.logs import setup_logging
 
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
-    if not verbose:
-        logging.getLogger("tandem.llama").setLevel(logging.ERROR)
+    setup_logging(verbose)
+    logging.getLogger("tandem").info("tandem %s started", __version__)
+
+
+def ensure_llama_runs() -> None:
+    """Refuse, in one line with the rebuild command, a llama.cpp build that dies here."""
+    from app.backends.build_check import check_llama_build
+
+    check = check_llama_build()
+    if not check.ok:
+        logging.getLogger("tandem").error("%s Rebuild: %s", check.message, check.rebuild, extra=FILE_ONLY)
+    check.raise_if_broken()

@@ -6,14 +6,18 @@ Without any display to open it on (a Linux SSH session), the terminal chat start
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from pathlib import Path
 
+from app.backends.build_check import BuildCheck, check_llama_build
+from app.logs import FILE_ONLY
+
 # Command-line model options (app.cli) and the defaults they have when not given.
 _OVERRIDES = (("target", "target_path", None), ("draft", "draft_path", None), ("drafter", "drafter", "model"),
               ("n_ctx", "n_ctx", 4096), ("threads", "n_threads", 0), ("gpu_layers", "target_gpu_layers", -1),
-              ("gpu_layers", "draft_gpu_layers", -1), ("flash_attn", "flash_attention", "auto"))
+              ("draft_gpu_layers", "draft_gpu_layers", None), ("flash_attn", "flash_attention", "auto"))
 
 
 def settings_overrides(args: argparse.Namespace) -> dict:
@@ -23,6 +27,8 @@ def settings_overrides(args: argparse.Namespace) -> dict:
         value = getattr(args, arg, default)
         if value is not None and value != default:
             overrides[setting] = str(Path(value).expanduser().resolve()) if isinstance(value, Path) else value
+    if "target_gpu_layers" in overrides and getattr(args, "draft_gpu_layers", None) is None:
+        overrides["draft_gpu_layers"] = overrides["target_gpu_layers"]  # -ngl alone sets both, as before
     return overrides
 
 
@@ -48,6 +54,12 @@ def launch(args: argparse.Namespace) -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setWindowIcon(icon())
     app.setStyleSheet(style_sheet())
+    check = check_llama_build()
+    if not check.ok:  # a window that vanishes at the first decode helps nobody: say why, and how to mend it
+        print(f"tandem: error: {check.message} Rebuild it with: {check.rebuild}", file=sys.stderr)
+        logging.getLogger("tandem").error("%s Rebuild: %s", check.message, check.rebuild, extra=FILE_ONLY)
+        build_failure_box(check).exec()
+        return 1
     history = HistoryStore.open()  # never raises: a bad file is set aside, with a notice
     try:
         window = MainWindow(load_settings(), overrides=settings_overrides(args), history_store=history)
@@ -57,8 +69,25 @@ def launch(args: argparse.Namespace) -> int:
         history.close()  # the window has saved its last reply when it closed
 
 
+def build_failure_box(check: BuildCheck):
+    """The window's word for a llama.cpp build that dies here, with a button to copy the fix."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    box = QMessageBox(QMessageBox.Icon.Critical, "Tandem cannot run its models",
+                      check.message + "\n\nRebuild llama.cpp for this machine with:\n\n" + check.rebuild)
+    box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    copy = box.addButton("Copy command", QMessageBox.ButtonRole.ActionRole)
+    copy.clicked.disconnect()  # keep the box open after copying
+    copy.clicked.connect(lambda: QApplication.clipboard().setText(check.rebuild))
+    box.addButton(QMessageBox.StandardButton.Close)
+    return box
+
+
 def _terminal_chat(args: argparse.Namespace) -> int:
-    from app.cli import cmd_chat
+    from app.cli import cmd_chat, ensure_llama_runs
+
+    ensure_llama_runs()
 
     print("tandem: no display found; starting the terminal chat instead", file=sys.stderr)
     for name, value in (("temperature", 0.8), ("top_k", 40), ("top_p", 0.95), ("min_p", 0.05),

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, NamedTuple
 
+from app.engine.types import DRAFT_MAX_RANGE
 from app.storage import paths
 from app.storage.errors import InvalidSettingError, StorageError
 from app.storage.files import atomic_write_text, move_aside
@@ -115,7 +116,7 @@ class Settings:
     # Speculation
     speculation: bool = option(True, "Speculate with the drafter; off decodes with the target alone.", _flag)
     draft_max: int | Literal["auto"] = option(
-        "auto", "Most tokens drafted per round ('auto' lets the engine choose).", _auto_or(_integer(1, 16)))
+        "auto", "Most tokens drafted per round ('auto' lets the engine choose).", _auto_or(_integer(*DRAFT_MAX_RANGE)))
     draft_min: int = option(1, "Fewer drafted tokens than this: decode plainly that round.", _integer(1))
     p_min: float = option(0.0, "Stop drafting when the draft's top probability falls below this.", _number(0.0, 1.0))
     copy_repeats: bool = option(

@@ -22,8 +22,8 @@ import copy
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QByteArray, Qt, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence
+from PySide6.QtCore import QByteArray, Qt, QUrl, Signal
+from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QDragEnterEvent, QDropEvent, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
     QFrame,
@@ -45,6 +45,7 @@ from app.bridge.worker import EngineClient
 from app.engine.types import COPY_MIN, SamplingConfig, SpecConfig, Stats, TokenEvent
 from app.errors import TandemError
 from app.storage.settings import LoadedSettings, Settings, load_settings, save_settings
+from app.ui.about import about_details
 from app.ui.chat_view import ChatView
 from app.ui.compare import install_compare
 from app.ui.composer import Composer, model_files
@@ -176,6 +177,8 @@ class MainWindow(QMainWindow):
         self.side_panel_action = self._action("Show side &panel", "F9", self._toggle_side_panel, checkable=True)
         self.side_panel_action.setChecked(True)
         self.about_action = self._action("&About Tandem", None, self.show_about)
+        self.log_folder_action = self._action("Open &log folder", None, self.open_log_folder,
+                                              tip="Show the folder with Tandem's log files")
         self.check_action = self._action("&Check speculation", None, self.check_speculation,
                                          tip="Generate 64 tokens with and without speculation and compare")
         # Chat history (shown only when the window has a history store).
@@ -263,6 +266,7 @@ class MainWindow(QMainWindow):
         view_menu.addAction(self.side_panel_action)
         help_menu = bar.addMenu("&Help")
         help_menu.addAction(self.check_action)
+        help_menu.addAction(self.log_folder_action)
         help_menu.addAction(self.about_action)
 
     def _connect_client(self) -> None:
@@ -590,8 +594,15 @@ class MainWindow(QMainWindow):
         box.setTextFormat(Qt.TextFormat.PlainText)
         box.setText("Tandem — chat with local GGUF models, sped up losslessly by a draft model.\n\n"
                     "The reply is exactly what the target model alone would write; colours show "
-                    "which tokens the draft guessed right.")
+                    "which tokens the draft guessed right.\n\n" + about_details())
+        box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.last_about = box
         box.open()
+
+    def open_log_folder(self) -> None:
+        from app.logs import log_file
+
+        QDesktopServices.openUrl(QUrl.fromLocalFile(str(log_file().parent)))
 
     # --- drag and drop --------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.engine.types import DRAFT_MAX_RANGE
 from app.errors import TandemError
 from app.storage.settings import Settings, options
 
@@ -261,8 +262,9 @@ class SettingsDialog(QDialog):
             "drafter": drafter,
             "draft_path": PathEdit("Choose the draft model", "Demo pair draft (with the demo target)"),
             "speculation": QCheckBox("Speculate: draft tokens, then verify them in one batch"),
-            "draft_max": _spin(0, 16, special="auto", suffix=" tokens"),
-            "draft_min": _spin(1, 16, suffix=" tokens"),
+            # The value below the range's first is "auto".
+            "draft_max": _spin(DRAFT_MAX_RANGE[0] - 1, DRAFT_MAX_RANGE[1], special="auto", suffix=" tokens"),
+            "draft_min": _spin(1, DRAFT_MAX_RANGE[1], suffix=" tokens"),
             "p_min": _double(0.0, 1.0, 0.05),
             "copy_repeats": QCheckBox("Copy text that repeats earlier text instead of drafting it"),
             "temperature": _double(0.0, 5.0, 0.1),
