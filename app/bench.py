@@ -29,8 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
+from app.arg_types import regular_file, whole
 from app.errors import TandemError
-from app.prompt_files import read_jsonl
+from app.prompt_files import read_jsonl, text_field
 from app.engine.adaptive import DraftLengthPolicy
 from app.engine.types import COPY_MIN, SamplingConfig, SpecConfig, Stats
 
@@ -136,7 +137,7 @@ def ideal_speedup(acceptance: float, k: float, c: float, v: float) -> float:
 def read_prompts(path: Path, limit: int | None, categories: set[str] | None) -> list[BenchPrompt]:
     def parse(record: dict) -> BenchPrompt:
         text = record["turns"][0] if "turns" in record else record["prompt"]
-        return BenchPrompt(str(record.get("category", "all")), str(text))
+        return BenchPrompt(text_field(record.get("category", "all")), text_field(text))
 
     prompts = [p for p in read_jsonl(path, parse, error=BenchError, expected='Spec-Bench "turns" or a "prompt"')
                if categories is None or p.category in categories]
@@ -158,20 +159,22 @@ def read_prompts(path: Path, limit: int | None, categories: set[str] | None) -> 
 
 def add_parser(commands, add_model_arguments) -> None:
     bench = commands.add_parser("bench", help="measure speculative vs plain decoding")
-    bench.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS,
+    bench.add_argument("--prompts", type=regular_file, default=DEFAULT_PROMPTS,
                        help="Spec-Bench JSONL (question_id, category, turns) or {\"prompt\"} lines "
                             "(default: the 26 prompts shipped with Tandem, two per Spec-Bench category)")
-    bench.add_argument("--limit", type=int, default=None, help="at most this many prompts (spread over categories)")
-    bench.add_argument("--categories", default=None, help="comma-separated categories to run")
-    bench.add_argument("--max-tokens", type=int, default=128)
-    bench.add_argument("--draft-max", default="auto", help="N, a list like 1,3,5, or auto (default)")
-    bench.add_argument("--repeat", type=int, default=1,
-                       help="runs per prompt and setting; the middle one counts (default 1)")
+    bench.add_argument("--limit", type=whole(1), default=None,
+                       help="at most this many prompts, spread over categories (default: all)")
+    bench.add_argument("--categories", default=None, help="comma-separated categories to run (default: all)")
+    bench.add_argument("--max-tokens", "-n", "--n-predict", type=whole(1, 1_000_000), default=128,
+                       help="tokens generated per prompt (default: %(default)s)")
+    bench.add_argument("--draft-max", default="auto", help="N, a list like 1,3,5, or auto (default: auto)")
+    bench.add_argument("--repeat", type=whole(1, what="a number of runs"), default=1,
+                       help="runs per prompt and setting; the middle one counts (default: %(default)s)")
     bench.add_argument("--copy", choices=["on", "off", "both"], default="on",
-                       help="copy repeated text instead of drafting it (default on, as in the app); "
+                       help="copy repeated text instead of drafting it (default: on, as in the app); "
                             "both: every setting runs with and without (\"8\" and \"8 nocopy\")")
     bench.add_argument("--json", action="store_true", help="print the report as one JSON object")
-    bench.add_argument("--chart", type=Path, help="write a PNG chart of speed-up and acceptance per category")
+    bench.add_argument("--chart", type=Path, help="write a PNG chart of speed-up and acceptance per category (default: no chart)")
     add_model_arguments(bench)
 
 
@@ -348,8 +351,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     categories = set(args.categories.split(",")) if args.categories else None
     prompts = read_prompts(args.prompts, args.limit, categories)
     settings = _draft_settings(args.draft_max)
-    if args.repeat < 1:
-        raise BenchError(f"--repeat: {args.repeat} is not a number of runs (1 or more)")
     progress = TerminalProgress()
     pair = load(args, progress)
     try:

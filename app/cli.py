@@ -9,17 +9,16 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
-import stat
 import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from app.arg_types import draft_max_value, real, regular_file, seed_value, utf8_text, whole
 from app.errors import TandemError
 from app.logs import FILE_ONLY
-from app.prompt_files import read_jsonl
+from app.prompt_files import read_jsonl, seed_field, text_field
 from app.engine.types import COPY_MIN, DRAFT_MAX_RANGE, SamplingConfig, SpecConfig
 
 
@@ -28,77 +27,17 @@ class UsageError(TandemError):
 
 
 # -- argument parsing ---------------------------------------------------------------
-# Value types: a bad value is one line from argparse, exit 2, never a traceback later.
-def _whole(low: int | None = None, high: int | None = None, *, what: str = "a whole number"):
-    def parse(value: str) -> int:
-        try:
-            n = int(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{value!r} is not {what}") from None
-        if (low is not None and n < low) or (high is not None and n > high):
-            raise argparse.ArgumentTypeError(f"{n} is out of range ({_range(low, high)})")
-        return n
-    return parse
-
-
-def _real(low: float, high: float | None = None, *, low_open: bool = False):
-    def parse(value: str) -> float:
-        try:
-            x = float(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
-        if not math.isfinite(x):
-            raise argparse.ArgumentTypeError(f"{value!r} is not a finite number")
-        if x < low or (low_open and x == low) or (high is not None and x > high):
-            raise argparse.ArgumentTypeError(f"{x:g} is out of range ({_range(low, high, low_open=low_open)})")
-        return x
-    return parse
-
-
-def _range(low, high, *, low_open: bool = False) -> str:
-    if high is None:
-        return f"{'above' if low_open else 'at least'} {low}"
-    return f"{low} to {high}" if not low_open else f"above {low}, at most {high}"
-
-
-def _draft_max(value: str) -> int | str:
-    if value == "auto":
-        return value
-    low, high = DRAFT_MAX_RANGE
-    return _whole(low, high, what="a whole number or 'auto'")(value)
-
-
-def _seed(value: str) -> int | None:
-    """-1 (or nothing) is a new random seed each run, as in llama.cpp."""
-    n = _whole(-1, 2**63 - 1)(value)
-    return None if n == -1 else n
-
-
-def _text(value: str) -> str:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise argparse.ArgumentTypeError("is not valid UTF-8 text") from None
-    return value
-
-
-def _regular_file(value: str) -> Path:
-    """A file to read whole: refused up front if it is a FIFO, a device or a folder."""
-    path = Path(value)
-    try:
-        mode = path.stat().st_mode
-    except OSError as exc:
-        raise argparse.ArgumentTypeError(f"{value}: {exc.strerror or 'cannot be read'}") from None
-    if not stat.S_ISREG(mode):
-        raise argparse.ArgumentTypeError(f"{value} is not a regular file")
-    return path
-
-
 class _Parser(argparse.ArgumentParser):
     """Usage errors as one line (with where to find help), exit code 2."""
 
     def error(self, message: str):  # noqa: D401 - argparse's hook
         self.exit(2, f"tandem: error: {message} (see {self.prog} --help)\n")
+
+    def _get_option_tuples(self, option_string: str):
+        # llama.cpp's multi-letter single-dash names (-ngl, -md) make "-n" or "-m" look like
+        # abbreviations of them, even with allow_abbrev off; keep exact names only ("-n7"
+        # is still -n with 7).
+        return [t for t in super()._get_option_tuples(option_string) if t[1] in (option_string, option_string[:2])]
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, *, in_command: bool = True) -> None:
@@ -109,21 +48,21 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, in_command: bool = T
         return argparse.SUPPRESS if in_command else value
 
     group = parser.add_argument_group("models (default: the demo pair)")
-    group.add_argument("--target", "-m", "--model", type=Path, default=default(None),
+    group.add_argument("--target", "-m", "--model", type=Path, metavar="GGUF", default=default(None),
                        help="target GGUF, the model whose output you get (default: the demo target)")
-    group.add_argument("--draft", "-md", "--model-draft", type=Path, default=default(None),
+    group.add_argument("--draft", "-md", "--model-draft", type=Path, metavar="GGUF", default=default(None),
                        help="draft GGUF, a small model of the same family (default: the demo draft)")
     group.add_argument("--drafter", choices=["model", "lookup"], default=default("model"),
                        help="draft with a model or with prompt lookup, no model (default: model)")
-    group.add_argument("--n-ctx", "-c", "--ctx-size", type=_whole(16, 2**24), default=default(4096),
+    group.add_argument("--n-ctx", "-c", "--ctx-size", type=whole(16, 2**24), metavar="N", default=default(4096),
                        help="context size in tokens (default: 4096)")
-    group.add_argument("--threads", "-t", type=_whole(0, 1024), default=default(0),
+    group.add_argument("--threads", "-t", type=whole(0, 1024), metavar="N", default=default(0),
                        help="CPU threads (default: 0, automatic)")
     group.add_argument("--flash-attn", choices=["auto", "on", "off"], default=default("auto"),
                        help="flash attention (default: auto, off on a CPU where it slows long prompts)")
-    group.add_argument("--gpu-layers", "-ngl", "--n-gpu-layers", type=_whole(-1, 100_000), default=default(-1),
+    group.add_argument("--gpu-layers", "-ngl", "--n-gpu-layers", type=whole(-1, 100_000), metavar="N", default=default(-1),
                        help="target layers offloaded to the GPU (default: -1, all)")
-    group.add_argument("--draft-gpu-layers", "-ngld", "--n-gpu-layers-draft", type=_whole(-1, 100_000),
+    group.add_argument("--draft-gpu-layers", "-ngld", "--n-gpu-layers-draft", type=whole(-1, 100_000), metavar="N",
                        default=default(None), help="draft layers offloaded to the GPU (default: as --gpu-layers)")
 
 
@@ -131,30 +70,30 @@ def add_sampling_arguments(parser: argparse.ArgumentParser, *, default_draft_max
     low, high = DRAFT_MAX_RANGE
     group = parser.add_argument_group("decoding")
     group.add_argument("--no-speculation", action="store_true", help="decode plainly with the target")
-    group.add_argument("--draft-max", type=_draft_max, default=_draft_max(default_draft_max),
+    group.add_argument("--draft-max", type=draft_max_value, default=draft_max_value(default_draft_max), metavar="N|auto",
                        help=f"most tokens drafted per round, {low}-{high} or 'auto' (default: %(default)s)")
-    group.add_argument("--draft-min", type=_whole(1, high), default=1,
+    group.add_argument("--draft-min", type=whole(1, high), metavar="N", default=1,
                        help="fewer proposals than this: a plain step instead (default: %(default)s)")
-    group.add_argument("--p-min", "--draft-p-min", type=_real(0.0, 1.0), default=0.0,
+    group.add_argument("--p-min", "--draft-p-min", type=real(0.0, 1.0), metavar="P", default=0.0,
                        help="stop drafting below this draft probability (default: %(default)s)")
     group.add_argument("--no-copy", action="store_true",
                        help="always run the draft model, even where the reply repeats earlier text")
-    group.add_argument("--temperature", "--temp", type=_real(0.0, 100.0), default=0.0,
+    group.add_argument("--temperature", "--temp", type=real(0.0, 100.0), metavar="T", default=0.0,
                        help="sampling temperature, 0 = greedy (default: %(default)s)")
-    group.add_argument("--top-k", type=_whole(0), default=0, help="keep the k likeliest tokens, 0 = all (default: %(default)s)")
-    group.add_argument("--top-p", type=_real(0.0, 1.0, low_open=True), default=1.0,
+    group.add_argument("--top-k", type=whole(0), metavar="K", default=0, help="keep the k likeliest tokens, 0 = all (default: %(default)s)")
+    group.add_argument("--top-p", type=real(0.0, 1.0, low_open=True), metavar="P", default=1.0,
                        help="nucleus sampling mass, 1 = off (default: %(default)s)")
-    group.add_argument("--min-p", type=_real(0.0, 1.0), default=0.0,
+    group.add_argument("--min-p", type=real(0.0, 1.0), metavar="P", default=0.0,
                        help="drop tokens below this share of the likeliest, 0 = off (default: %(default)s)")
-    group.add_argument("--seed", "-s", type=_seed, default=None,
+    group.add_argument("--seed", "-s", type=seed_value, metavar="N", default=None,
                        help="random seed for sampling, -1 = a new one each run (default: -1)")
-    group.add_argument("--max-tokens", "-n", "--n-predict", type=_whole(1, 1_000_000), default=256,
+    group.add_argument("--max-tokens", "-n", "--n-predict", type=whole(1, 1_000_000), metavar="N", default=256,
                        help="most tokens in a reply (default: %(default)s)")
     group.add_argument("--ignore-eos", action="store_true", help="never stop at end-of-sequence")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="tandem", description=(
+    parser = _Parser(prog="tandem", allow_abbrev=False, description=(
         "Chat with a local GGUF model, sped up losslessly by a draft model. "
         "Without a command the chat window opens."))
     parser.add_argument("--version", action="version", version=version_text())
@@ -166,12 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     gen = commands.add_parser("generate", help="generate text for one prompt or a file of prompts")
     source = gen.add_mutually_exclusive_group(required=True)
-    source.add_argument("--prompt", "-p", type=_text, help="the prompt text")
-    source.add_argument("--prompts", type=_regular_file, help='JSONL file of {"prompt": ..., "seed": ...} lines')
+    source.add_argument("--prompt", "-p", type=utf8_text, metavar="TEXT", help="the prompt text")
+    source.add_argument("--prompts", type=regular_file, metavar="JSONL", help='JSONL file of {"prompt": ..., "seed": ...} lines')
     add_model_arguments(gen)
     add_sampling_arguments(gen)
     gen.add_argument("--raw", action="store_true", help="send the prompt as is, not as a chat message")
-    gen.add_argument("--system", type=_text, default="", help="system prompt for chat mode (default: none)")
+    gen.add_argument("--system", type=utf8_text, default="", help="system prompt for chat mode (default: none)")
     gen.add_argument("--json", action="store_true", help="one JSON object per prompt")
 
     check = commands.add_parser("check-pair", help="can DRAFT speculate for TARGET? (exit 0 yes, 1 no)")
@@ -182,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     chat = commands.add_parser("chat", help="chat in the terminal")
     add_model_arguments(chat)
     add_sampling_arguments(chat, default_draft_max="auto")
-    chat.add_argument("--system", type=_text, default="", help="system prompt (default: none)")
+    chat.add_argument("--system", type=utf8_text, default="", help="system prompt (default: none)")
 
     from app import bench  # the bench command defines its own options
     bench.add_parser(commands, add_model_arguments)
@@ -293,8 +232,9 @@ class PromptJob:
 
 
 def _read_prompts(path: Path) -> list[PromptJob]:
-    jobs = read_jsonl(path, lambda r: PromptJob(str(r["prompt"]), r.get("seed")), error=UsageError,
-                      expected='a JSON object with a "prompt" field')
+    jobs = read_jsonl(path, lambda r: PromptJob(text_field(r["prompt"]), seed_field(r.get("seed"))),
+                      error=UsageError,
+                      expected='a JSON object with a "prompt" text and an optional whole-number "seed" (-1 or more)')
     if not jobs:
         raise UsageError(f"{path} holds no prompts")
     return jobs

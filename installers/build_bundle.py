@@ -8,6 +8,11 @@
 Works the same on Linux, Windows and macOS; a bundle runs only on the OS (and
 CPU architecture) it was built on, with the llama.cpp backend this machine's
 .venv was built for (installers/setup.py picks CUDA, Metal or CPU).
+A bundle cannot know its user's CPU, so on x86-64 it carries the *portable*
+llama.cpp build (AVX2, FMA, F16C; app/backends/build_variants.py), not the
+.venv's native one: built once into set-up's build cache, unpacked to
+build/llama-libs/, and probed (a child decodes a tiny quantised model) before
+PyInstaller runs. A build that fails its probe is never bundled.
 Prints the bundle's size and the build time.
 """
 
@@ -17,10 +22,12 @@ import argparse
 import hashlib
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 import time
 import tomllib
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,6 +42,8 @@ CHECK_EXE = BUNDLE / f"tandem-bundle-check{EXE_SUFFIX}"
 MAC_APP = DIST / "Tandem.app"
 # What the bundle is made of, besides the installed packages.
 INPUTS = [ROOT / "app", SPEC, ROOT / "installers" / "bundle_check.py", ROOT / "pyproject.toml"]
+LIBS_ROOT = ROOT / "build" / "llama-libs"
+LIBS_ENV = "TANDEM_BUNDLE_LLAMA_LIBS"  # read by tandem.spec
 
 
 def _setup_module():
@@ -68,6 +77,32 @@ def ensure_environment() -> None:
                     *bundle_requirements()], check=True)
 
 
+def bundle_llama_libs() -> Path | None:
+    """llama.cpp's libraries for the bundle: the portable build, probed; None = the .venv's own."""
+    setup = _setup_module()
+    if not setup.variants.is_x86():
+        return None  # no portable x86 build to choose: the .venv's build, probed by set-up
+    backend = setup.read_marker().get("backend") or setup.choose_backend()[0]
+    variant = setup.variants.portable(backend)
+    wheel = setup.wheel_for(variant, setup.resolve_sdist())
+    folder = LIBS_ROOT / wheel.parent.name / "lib"
+    if not folder.is_dir():
+        scratch = folder.with_name("lib.partial")
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir(parents=True)
+        with zipfile.ZipFile(wheel) as archive:
+            for member in archive.namelist():
+                if member.startswith("llama_cpp/lib/") and not member.endswith("/"):
+                    (scratch / Path(member).name).write_bytes(archive.read(member))
+        scratch.rename(folder)
+    outcome = setup.probe({"LLAMA_CPP_LIB_PATH": str(folder)})
+    if not outcome["ok"]:
+        raise SystemExit(f"build_bundle: the {variant.name} llama.cpp build failed its probe "
+                         f"({outcome['detail']}); not bundling it")
+    print(f"llama.cpp for the bundle: {variant.description}, probed ({folder})")
+    return folder
+
+
 def _site_packages() -> Path:
     out = subprocess.run([str(venv_python()), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                          capture_output=True, text=True, check=True)
@@ -86,9 +121,10 @@ def fingerprint() -> str:
     site = _site_packages()
     for entry in sorted(site.glob("*.dist-info")):  # names carry versions
         digest.update(entry.name.encode())
-    for lib in sorted((site / "llama_cpp" / "lib").glob("*")):  # a rebuild for another backend
+    libs = os.environ.get(LIBS_ENV)
+    for lib in sorted((Path(libs) if libs else site / "llama_cpp" / "lib").glob("*")):  # another build
         stat = lib.stat()
-        digest.update(f"{lib.name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+        digest.update(f"{lib}:{stat.st_size}:{stat.st_mtime_ns}".encode())
     return digest.hexdigest()
 
 
@@ -130,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clean", action="store_true", help="clear PyInstaller's cache before building")
     args = parser.parse_args(argv)
     ensure_environment()
+    libs = bundle_llama_libs()
+    if libs is not None:
+        os.environ[LIBS_ENV] = str(libs)
     if args.if_stale and not args.clean and is_up_to_date():
         report(None)
         return 0

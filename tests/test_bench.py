@@ -139,4 +139,5 @@ def test_bench_refuses_zero_runs(tmp_path):
     result = subprocess.run([sys.executable, "-m", "app", "bench", "--repeat", "0"],
                             capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
     assert result.returncode == 2
-    assert result.stderr.strip() == "tandem: error: --repeat: 0 is not a number of runs (1 or more)"
+    assert result.stderr.strip() == ("tandem: error: argument --repeat: 0 is out of range (at least 1) "
+                                     "(see tandem bench --help)")

@@ -131,7 +131,7 @@ def test_bad_model_files_get_one_clear_line(demo_models, tmp_path):
     for case, (path, needle) in _bad_files(tmp_path, demo_models).items():
         result = tandem("generate", "--target", str(path), "--prompt", "hi", "--max-tokens", "2", timeout=60)
         assert_one_line_error(result, needle)
-        assert result.returncode == 2, case
+        assert result.returncode == 1, case  # the command was fine; the file is not
 
 
 def test_bad_draft_file_is_refused_too(demo_models, tmp_path):
@@ -150,3 +150,124 @@ def test_bad_prompts_file(tmp_path):
     broken.write_text("{not json\n")
     result = tandem("generate", "--prompts", str(broken))
     assert_one_line_error(result, "p.jsonl:1")
+
+
+# -- llama.cpp's option names, values, exit codes ------------------------------------------------
+def test_llama_cpp_spellings_are_aliases_of_the_same_options():
+    from app.cli import build_parser
+
+    parser = build_parser()
+    short = parser.parse_args(["generate", "-p", "hi", "-m", "t.gguf", "-md", "d.gguf", "-c", "512", "-n", "7",
+                               "-ngl", "3", "-ngld", "1", "--draft-p-min", "0.5", "--temp", "0.3", "-t", "2",
+                               "-s", "5"])
+    long = parser.parse_args(["generate", "--prompt", "hi", "--target", "t.gguf", "--draft", "d.gguf",
+                              "--n-ctx", "512", "--max-tokens", "7", "--gpu-layers", "3", "--draft-gpu-layers", "1",
+                              "--p-min", "0.5", "--temperature", "0.3", "--threads", "2", "--seed", "5"])
+    spelled = parser.parse_args(["generate", "--prompt", "hi", "--model", "t.gguf", "--model-draft", "d.gguf",
+                                 "--ctx-size", "512", "--n-predict", "7", "--n-gpu-layers", "3",
+                                 "--n-gpu-layers-draft", "1", "--draft-p-min", "0.5", "--temp", "0.3", "-t", "2",
+                                 "-s", "5"])
+    assert vars(short) == vars(long) == vars(spelled)
+    assert (short.target, short.draft, short.n_ctx, short.max_tokens) == (Path("t.gguf"), Path("d.gguf"), 512, 7)
+    assert (short.gpu_layers, short.draft_gpu_layers, short.p_min, short.temperature, short.threads, short.seed) \
+        == (3, 1, 0.5, 0.3, 2, 5)
+    # The same names before the command, and -ngl alone still sets both models.
+    from app.cli import draft_gpu_layers
+
+    before = parser.parse_args(["-m", "t.gguf", "-ngl", "0", "chat"])
+    assert before.target == Path("t.gguf") and draft_gpu_layers(before) == 0
+    assert parser.parse_args(["generate", "-p", "x", "-s", "-1"]).seed is None  # -1: a new seed each run
+
+
+def test_every_option_says_its_default_in_the_help():
+    from app.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, __import__("argparse")._SubParsersAction))
+    for name in ("generate", "chat", "bench"):
+        for action in sub.choices[name]._actions:
+            if action.option_strings and action.nargs != 0 and action.dest not in ("help", "prompt", "prompts"):
+                assert "default" in (action.help or ""), (name, action.option_strings)
+
+
+def test_version():
+    result = tandem("--version", timeout=60)
+    assert result.returncode == 0
+    assert result.stdout.startswith("tandem 0.1.0 (llama-cpp-python ")
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--temperature", "nan"], "not a finite number"),
+    (["--temp", "inf"], "not a finite number"),
+    (["--seed", "-5"], "out of range"),
+    (["--top-p", "2"], "out of range"),
+    (["--top-p", "0"], "out of range"),
+    (["--threads", "-1"], "out of range"),
+    (["--max-tokens", "0"], "out of range"),
+    (["--n-ctx", str(2**33)], "out of range"),
+    (["--n-ctx", "0"], "out of range"),
+    (["--draft-max", "65"], "out of range"),
+    (["--min-p", "-0.1"], "out of range"),
+    (["--seed", "9" * 5000], "is not a whole number"),
+])
+def test_bad_values_are_usage_errors(args, needle):
+    result = tandem("generate", "--prompt", "hi", *args, timeout=60)
+    assert result.returncode == 2
+    assert_one_line_error(result, needle)
+
+
+def test_bad_prompt_files_are_usage_errors(tmp_path):
+    cases = {
+        "seed.jsonl": ('{"prompt": "hi", "seed": "abc"}\n', "seed.jsonl:1"),
+        "float.jsonl": ('{"prompt": "hi", "seed": 1.5}\n', "float.jsonl:1"),
+        "surrogate.jsonl": ('{"prompt": "\\ud800"}\n', "surrogate.jsonl:1"),
+        "list.jsonl": ('["prompt"]\n', "list.jsonl:1"),
+        "deep.jsonl": ("[" * 100_000 + "]" * 100_000 + "\n", "deep.jsonl:1"),
+    }
+    for name, (content, needle) in cases.items():
+        (tmp_path / name).write_text(content)
+        result = tandem("generate", "--prompts", str(tmp_path / name), timeout=60)
+        assert result.returncode == 2, name
+        assert_one_line_error(result, needle)
+    (tmp_path / "latin1.jsonl").write_bytes(b'{"prompt": "caf\xe9"}\n')
+    assert_one_line_error(tandem("generate", "--prompts", str(tmp_path / "latin1.jsonl"), timeout=60), "not UTF-8")
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    result = tandem("generate", "--prompts", str(fifo), timeout=60)  # must not block
+    assert result.returncode == 2
+    assert_one_line_error(result, "not a regular file")
+
+
+def test_invalid_utf8_on_the_command_line_is_refused():
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    result = subprocess.run([sys.executable, "-m", "app", "generate", "--prompt", b"caf\xe9"],
+                            capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
+    assert result.returncode == 2
+    assert_one_line_error(result, "not valid UTF-8")
+
+
+def test_a_llama_cpp_build_that_dies_is_one_line_with_the_rebuild_command(demo_models):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TANDEM_PROBE_SIMULATE_SIGNAL="SIGILL")
+    result = subprocess.run([sys.executable, "-m", "app", "generate", "--prompt", "hi", "--max-tokens", "2"],
+                            capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+    assert result.returncode == 1
+    assert_one_line_error(result, "killed by SIGILL", "Rebuild it with: python3 ", "installers/setup.py")
+
+
+def test_bench_runs_from_an_installed_copy_outside_the_checkout(demo_models, tmp_path):
+    """pip installs the project (not editable) into a folder; the bench runs there on its own prompts."""
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                    "--target", str(site), str(ROOT)], check=True, capture_output=True, timeout=300)
+    assert (site / "app" / "resources" / "bench_prompts.jsonl").is_file()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(site)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    result = subprocess.run([sys.executable, "-m", "app", "bench", "--limit", "2", "--max-tokens", "8",
+                             "--draft-max", "3", "--json"], capture_output=True, text=True, timeout=300,
+                            env=env, cwd=work)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    assert report["overall"]["prompts"] == 2
+    assert set(report["by_category"]) == {"writing", "roleplay"}  # round-robin over the shipped set's first two

@@ -75,3 +75,52 @@ def test_launch_opens_the_window_on_qasync_and_exits_cleanly(demo_models, tandem
     saved = json.loads((tandem_home / "config" / "settings.json").read_text(encoding="utf-8"))["settings"]
     assert saved["window_geometry"]  # remembered on close
     assert saved["target_path"] == "" and saved["n_ctx"] == 4096  # command-line choices stay out of the file
+
+
+FAILING_BUILD_SCRIPT = r"""
+import sys
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication, QMessageBox
+from app.cli import run
+
+app = QApplication(sys.argv[:1])
+
+def read_and_close():
+    box = QApplication.activeModalWidget()
+    if isinstance(box, QMessageBox):
+        print("BOX", box.windowTitle(), "|", box.text().replace("\n", " / "), flush=True)
+        copy = next(b for b in box.buttons() if b.text() == "Copy command")
+        copy.click()
+        print("CLIPBOARD", QApplication.clipboard().text(), flush=True)
+        print("OTHER WINDOWS", [w.windowTitle() for w in QApplication.topLevelWidgets()
+                                if w.isVisible() and w is not box], flush=True)
+        box.done(0)
+        return
+    QTimer.singleShot(50, read_and_close)
+
+QTimer.singleShot(50, read_and_close)
+sys.exit(run([]))  # as `tandem` starts: logging, then the window
+"""
+
+
+def test_a_llama_cpp_build_that_dies_is_explained_in_the_window(tandem_home):
+    """No vanished window: the probe's child dies (SIGILL, as on a Xeon with AMX), the app says so."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", TANDEM_HOME=str(tandem_home),
+               TANDEM_PROBE_SIMULATE_SIGNAL="SIGILL")
+    result = subprocess.run([sys.executable, "-c", FAILING_BUILD_SCRIPT], env=env, capture_output=True,
+                            text=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert result.returncode == 1, result.stderr[-2000:]
+    box = next(line for line in result.stdout.splitlines() if line.startswith("BOX "))
+    assert "Tandem cannot run its models" in box and "killed by SIGILL" in box
+    assert "installers/setup.py" in box
+    clipboard = next(line for line in result.stdout.splitlines() if line.startswith("CLIPBOARD "))
+    assert clipboard.removeprefix("CLIPBOARD ").startswith("python3 ") and clipboard.endswith("setup.py")
+    assert "OTHER WINDOWS []" in result.stdout  # no chat window that would vanish at the first decode
+    errors = [line for line in result.stderr.splitlines() if line.startswith("tandem: error:")]
+    assert len(errors) == 1 and "Rebuild it with:" in errors[0] and "Traceback" not in result.stderr
+    log = (tandem_home / "log" / "tandem.log").read_text(encoding="utf-8")
+    assert "killed by SIGILL" in log  # and the log file has it, for a window started from a menu

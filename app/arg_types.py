@@ -1,0 +1,76 @@
+"""Command-line value types: a bad value is one line from argparse (exit 2), never a
+traceback later. Shared by ``app.cli`` and ``app.bench``."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import stat
+from pathlib import Path
+
+from app.engine.types import DRAFT_MAX_RANGE
+
+
+def whole(low: int | None = None, high: int | None = None, *, what: str = "a whole number"):
+    def parse(value: str) -> int:
+        try:
+            n = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not {what}") from None
+        if (low is not None and n < low) or (high is not None and n > high):
+            raise argparse.ArgumentTypeError(f"{n} is out of range ({_range(low, high)})")
+        return n
+    return parse
+
+
+def real(low: float, high: float | None = None, *, low_open: bool = False):
+    def parse(value: str) -> float:
+        try:
+            x = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+        if not math.isfinite(x):
+            raise argparse.ArgumentTypeError(f"{value!r} is not a finite number")
+        if x < low or (low_open and x == low) or (high is not None and x > high):
+            raise argparse.ArgumentTypeError(f"{x:g} is out of range ({_range(low, high, low_open=low_open)})")
+        return x
+    return parse
+
+
+def _range(low, high, *, low_open: bool = False) -> str:
+    if high is None:
+        return f"{'above' if low_open else 'at least'} {low}"
+    return f"{low} to {high}" if not low_open else f"above {low}, at most {high}"
+
+
+def draft_max_value(value: str) -> int | str:
+    if value == "auto":
+        return value
+    low, high = DRAFT_MAX_RANGE
+    return whole(low, high, what="a whole number or 'auto'")(value)
+
+
+def seed_value(value: str) -> int | None:
+    """-1 (or nothing) is a new random seed each run, as in llama.cpp."""
+    n = whole(-1, 2**63 - 1)(value)
+    return None if n == -1 else n
+
+
+def utf8_text(value: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError("is not valid UTF-8 text") from None
+    return value
+
+
+def regular_file(value: str) -> Path:
+    """A file to read whole: refused up front if it is a FIFO, a device or a folder."""
+    path = Path(value)
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"{value}: {exc.strerror or 'cannot be read'}") from None
+    if not stat.S_ISREG(mode):
+        raise argparse.ArgumentTypeError(f"{value} is not a regular file")
+    return path
