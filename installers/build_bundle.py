@@ -77,14 +77,8 @@ def ensure_environment() -> None:
                     *bundle_requirements()], check=True)
 
 
-def bundle_llama_libs() -> Path | None:
-    """llama.cpp's libraries for the bundle: the portable build, probed; None = the .venv's own."""
-    setup = _setup_module()
-    if not setup.variants.is_x86():
-        return None  # no portable x86 build to choose: the .venv's build, probed by set-up
-    backend = setup.read_marker().get("backend") or setup.choose_backend()[0]
-    variant = setup.variants.portable(backend)
-    wheel = setup.wheel_for(variant, setup.resolve_sdist())
+def unpack_libs(wheel: Path) -> Path:
+    """llama_cpp/lib/ of a cached llama-cpp-python wheel, unpacked once under build/llama-libs/."""
     folder = LIBS_ROOT / wheel.parent.name / "lib"
     if not folder.is_dir():
         scratch = folder.with_name("lib.partial")
@@ -95,6 +89,17 @@ def bundle_llama_libs() -> Path | None:
                 if member.startswith("llama_cpp/lib/") and not member.endswith("/"):
                     (scratch / Path(member).name).write_bytes(archive.read(member))
         scratch.rename(folder)
+    return folder
+
+
+def bundle_llama_libs() -> Path | None:
+    """llama.cpp's libraries for the bundle: the portable build, probed; None = the .venv's own."""
+    setup = _setup_module()
+    if not setup.variants.is_x86():
+        return None  # no portable x86 build to choose: the .venv's build, probed by set-up
+    backend = setup.read_marker().get("backend") or setup.choose_backend()[0]
+    variant = setup.variants.portable(backend)
+    folder = unpack_libs(setup.wheel_for(variant, setup.resolve_sdist()))
     outcome = setup.probe({"LLAMA_CPP_LIB_PATH": str(folder)})
     if not outcome["ok"]:
         raise SystemExit(f"build_bundle: the {variant.name} llama.cpp build failed its probe "
