@@ -25,6 +25,7 @@ from typing import Any
 import gguf
 
 from app.engine.errors import IncompatibleDraftError, ModelFileError
+from app.engine.gguf_rules import ADD_BOS_BPE_PRE, first_violation, rule_keys
 
 SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32      # GGUF_DEFAULT_ALIGNMENT
@@ -66,10 +67,7 @@ _WANTED_KEYS = frozenset({
 # llama.cpp's vocab loader (llama-vocab.cpp) turns add-BOS on by default for these
 # tokenizer models, and for BPE ("gpt2") vocabularies with these pre-tokenizers.
 _ADD_BOS_MODELS = frozenset({"llama", "bert", "gemma4"})
-_ADD_BOS_BPE_PRE = frozenset({
-    "llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0",
-    "lfm2", "jina-v5-nano", "tekken", "chameleon",
-})
+_ADD_BOS_BPE_PRE = ADD_BOS_BPE_PRE
 _ADD_EOS_MODELS = frozenset({"t5"})
 
 # common/speculative.cpp
@@ -134,14 +132,24 @@ class Compatibility:
 
 
 def validate_gguf(path: str | os.PathLike[str]) -> GGUFHeader:
-    """Check a GGUF file's structure against its size; raise ModelFileError saying why not."""
+    """Check a GGUF file's structure against its size, and its metadata against what
+    llama.cpp asserts (app.engine.gguf_rules); raise ModelFileError saying why not."""
     return _scan(Path(path), lambda key: False)[0]
 
 
 def _scan(path: Path, wanted: Callable[[str], bool]) -> tuple[GGUFHeader, dict[str, Any]]:
-    """Validate ``path`` and decode the metadata values whose keys ``wanted`` accepts."""
+    """Validate ``path`` and decode the metadata values whose keys ``wanted`` accepts
+    (and those the load-time rules read)."""
+    header, values = _walk(path, lambda key: wanted(key) or rule_keys(key))
+    reason = first_violation(values, header.alignment)
+    if reason:
+        raise _error(path, reason)
+    return header, values
+
+
+def _walk(path: Path, wanted: Callable[[str], bool]) -> tuple[GGUFHeader, dict[str, Any]]:
     if not path.exists():
-        raise _error(path, f"does not exist (looked in {path.parent})")
+        raise _error(path, f"does not exist (looked in {shown_path(path.parent)})")
     if path.is_dir():
         raise _error(path, "is a directory, not a model file")
     if not path.is_file():
@@ -160,7 +168,19 @@ def _scan(path: Path, wanted: Callable[[str], bool]) -> tuple[GGUFHeader, dict[s
 
 
 def _error(path: Path, message: str) -> ModelFileError:
-    return ModelFileError(f"{path.name or path}: {message}")
+    return ModelFileError(f"{shown_name(path)}: {message}")
+
+
+def shown_name(path: str | os.PathLike[str]) -> str:
+    """A file's name fit to print and log: bytes that are not UTF-8 (a name Python holds
+    with surrogates) shown as ``\\xff`` instead of failing every encoder they meet."""
+    path = Path(path)
+    return shown_path(path.name or path)
+
+
+def shown_path(path: str | os.PathLike[str]) -> str:
+    """A whole path, shown as :func:`shown_name` shows a name."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def _check_magic(path: Path, head: bytes, size: int) -> None:
@@ -424,7 +444,7 @@ def read_metadata(path: str | os.PathLike[str]) -> ModelMetadata:
     return ModelMetadata(
         path=path,
         architecture=architecture,
-        name=get.string("general.name") or path.stem,
+        name=get.string("general.name") or Path(shown_name(path)).stem,
         vocab_type=vocab_type,
         tokens=tokens,
         n_vocab=len(tokens),

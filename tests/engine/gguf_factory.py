@@ -36,10 +36,16 @@ def write_vocab_gguf(
 ) -> Path:
     """Write a vocab-only model; every keyword left as None is left out of the file.
 
+    The vocabulary is completed as llama.cpp needs it to tokenize (the validator
+    refuses it otherwise, app/engine/gguf_rules.py): a SentencePiece ('llama') one
+    gets the 256 byte tokens it lacks appended, a BERT one a separator token.
+
     ``tensor=True`` adds one F32 tensor of 8 values (32 bytes, so the file ends
     exactly where its data does: any shorter prefix is a truncated file).
     """
-    tokens = make_tokens(64) if tokens is None else tokens
+    tokens = make_tokens(64) if tokens is None else list(tokens)
+    if vocab_type == "llama" and tokens:
+        tokens += [b for b in (f"<0x{i:02X}>" for i in range(256)) if b not in tokens]
     w = gguf.GGUFWriter(path, arch)
     if name is not None:
         w.add_name(name)
@@ -57,6 +63,8 @@ def write_vocab_gguf(
         w.add_bos_token_id(bos_id)
     if eos_id is not None:
         w.add_eos_token_id(eos_id)
+    if vocab_type == "bert" and tokens:
+        w.add_sep_token_id(min(2, len(tokens) - 1))
     if add_bos is not None:
         w.add_add_bos_token(add_bos)
     if add_eos is not None:
