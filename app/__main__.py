@@ -12,6 +12,10 @@ def main(argv: list[str] | None = None) -> int:
         from app.backends.probe import main as probe
 
         return probe(argv[1:])
+    if argv[:1] == ["--check-model"]:  # app.backends.model_check's child: killed by a bad model, if any
+        from app.backends.model_trial import main as trial
+
+        return trial(argv[1:])
     from app.cli import run
 
     return run(argv)

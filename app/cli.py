@@ -283,13 +283,17 @@ def summary_line(stats) -> str:
 
 
 def cmd_check_pair(args: argparse.Namespace) -> int:
+    """Compatible only when the tokenizers agree and both files survive a trial load in a
+    child process (remembered per file); a file llama.cpp dies on is a one-line error."""
     from app.backends.loader import check_pair
+    from app.engine.gguf_meta import shown_name
 
     result = check_pair(args.target_path, args.draft_path)
     if args.json:
         print(json.dumps({"compatible": result.ok, "rule": result.rule, "reason": result.reason}))
     else:
-        print(result.reason if not result.ok else f"Compatible: {args.draft_path.name} can draft for {args.target_path.name}.")
+        print(result.reason if not result.ok else
+              f"Compatible: {shown_name(args.draft_path)} can draft for {shown_name(args.target_path)}.")
     return 0 if result.ok else 1
 
 

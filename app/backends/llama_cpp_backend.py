@@ -19,7 +19,7 @@ import llama_cpp as ll
 import numpy as np
 
 from app.engine.errors import ContextOverflowError, EngineError, ModelFileError
-from app.engine.gguf_meta import validate_gguf
+from app.engine.gguf_meta import shown_name, validate_gguf
 
 log = logging.getLogger("tandem.llama")
 
@@ -98,9 +98,10 @@ class LlamaBackend:
             self._progress = ll.llama_progress_callback(lambda value, _u: progress(value) is not False)
             mparams.progress_callback = self._progress
         _recent_errors.clear()
-        self._model = ll.llama_model_load_from_file(str(path).encode("utf-8"), mparams)
+        # The path's own bytes: a name that is not UTF-8 must load too.
+        self._model = ll.llama_model_load_from_file(os.fsencode(path), mparams)
         if not self._model:
-            raise ModelFileError(f"{path.name}: llama.cpp could not load the model ({_last_error()})")
+            raise ModelFileError(f"{shown_name(path)}: llama.cpp could not load the model ({_last_error()})")
 
         self._vocab = ll.llama_model_get_vocab(self._model)
         self.n_vocab = ll.llama_vocab_n_tokens(self._vocab)
@@ -117,7 +118,7 @@ class LlamaBackend:
         self._ctx = ll.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             self.close()
-            raise BackendError(f"{path.name}: llama.cpp could not create a context of {n_ctx} "
+            raise BackendError(f"{shown_name(path)}: llama.cpp could not create a context of {n_ctx} "
                                f"tokens ({_last_error()}); try a smaller context size")
         self.n_ctx = ll.llama_n_ctx(self._ctx)
         self.n_batch = cparams.n_batch
@@ -130,7 +131,7 @@ class LlamaBackend:
         self.eog_ids = frozenset(t for t in range(self.n_vocab) if ll.llama_vocab_is_eog(self._vocab, t))
         template = ll.llama_model_chat_template(self._model, None)
         self.chat_template = template.decode("utf-8") if template else None
-        self.name = self._meta("general.name") or path.stem
+        self.name = self._meta("general.name") or Path(shown_name(path)).stem
         self._tokens: list[int] = []
         self._piece_cache: dict[int, bytes] = {}
 
@@ -271,9 +272,17 @@ def quantize(source: str | Path, dest: str | Path, ftype: str) -> None:
     params.allow_requantize = True
     params.nthread = os.cpu_count() or 1
     _recent_errors.clear()
-    if ll.llama_model_quantize(str(source).encode(), str(dest).encode(), ctypes.byref(params)) != 0:
-        raise BackendError(f"Could not write {dest.name} as {ftype} ({_last_error()})")
+    if ll.llama_model_quantize(os.fsencode(source), os.fsencode(dest), ctypes.byref(params)) != 0:
+        raise BackendError(f"Could not write {shown_name(dest)} as {ftype} ({_last_error()})")
+
+
+# llama.cpp's closing words after a failed load; the line before them says why.
+_GENERIC_ERRORS = ("failed to load model", "failed to load model from")
 
 
 def _last_error() -> str:
+    """The last thing llama.cpp complained about that says more than "failed"."""
+    for message in reversed(_recent_errors):
+        if not message.endswith(_GENERIC_ERRORS):
+            return message.split("error loading model: ", 1)[-1]
     return _recent_errors[-1] if _recent_errors else "no reason given"

@@ -1,4 +1,9 @@
-"""Load a target, a drafter and check they belong together; build the engine."""
+"""Load a target, a drafter and check they belong together; build the engine.
+
+Every model file is trial-loaded in a child process before its first load here
+(``app.backends.model_check``; a pass is remembered, so later loads cost a few
+``stat`` calls): a file that makes llama.cpp abort ends as a ModelFileError.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from pathlib import Path
 from typing import Callable, Literal
 
 from app.backends.llama_cpp_backend import LlamaBackend
+from app.backends.model_check import require_model_runs
 from app.engine.drafters import Drafter, LookupDrafter, ModelDrafter
 from app.engine.gguf_meta import Compatibility, check_compatibility, read_metadata
 from app.engine.speculative import SpeculativeEngine
@@ -29,8 +35,23 @@ class LoadedPair:
         self.target.close()
 
 
-def check_pair(target: str | Path, draft: str | Path) -> Compatibility:
-    return check_compatibility(read_metadata(Path(target)), read_metadata(Path(draft)))
+def check_pair(target: str | Path, draft: str | Path, *, trial: bool = True) -> Compatibility:
+    """Can ``draft`` speculate for ``target``? Compatible only if both files also survive
+    a trial load (``trial``); a file that does not raises ModelFileError."""
+    result = check_compatibility(read_metadata(Path(target)), read_metadata(Path(draft)))
+    if result.ok and trial:
+        require_model_runs(target)
+        require_model_runs(draft)
+    return result
+
+
+def _checked(path: str | Path, what: str, report: LoadProgress) -> Callable[[float], bool | None]:
+    """Trial-load ``path`` (first half of its progress bar, when a trial runs); returns
+    the progress callback for the real load (the rest of the bar)."""
+    check = require_model_runs(path, progress=lambda f: report(what, f / 2))
+    if check.cached:
+        return lambda f: report(what, f)
+    return lambda f: report(what, 0.5 + f / 2)
 
 
 def load_pair(target_path: str | Path, draft_path: str | Path | None = None, *,
@@ -41,10 +62,10 @@ def load_pair(target_path: str | Path, draft_path: str | Path | None = None, *,
     report = progress or (lambda what, fraction: None)
     compatibility = None
     if drafter == "model" and draft_path:
-        compatibility = check_pair(target_path, draft_path)
+        compatibility = check_pair(target_path, draft_path, trial=False)  # each is tried before it loads
     target = LlamaBackend(target_path, n_ctx=n_ctx, n_gpu_layers=target_gpu_layers,
                           n_threads=n_threads, flash_attention=flash_attention,
-                          progress=lambda f: report("target", f))
+                          progress=_checked(target_path, "target", report))
     draft_model: LlamaBackend | None = None
     chosen: Drafter | None = None
     note = ""
@@ -54,7 +75,7 @@ def load_pair(target_path: str | Path, draft_path: str | Path | None = None, *,
                 draft_model = LlamaBackend(draft_path, n_ctx=target.n_ctx, n_gpu_layers=draft_gpu_layers,
                                            n_threads=n_threads, flash_attention=flash_attention,
                                            exact_batches=False,  # a draft's logits only steer guesses
-                                           progress=lambda f: report("draft", f))
+                                           progress=_checked(draft_path, "draft", report))
                 chosen = ModelDrafter(draft_model, target.n_vocab, eog_ids=target.eog_ids)
             else:
                 note = compatibility.reason

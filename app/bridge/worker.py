@@ -26,6 +26,7 @@ from PySide6.QtCore import QCoreApplication, QElapsedTimer, QObject, QThread, QT
 from app.bridge.models import LoadCancelled, LoadedModels, LoadInfo, Loader, ModelSpec, load_llama_models
 from app.engine.types import SamplingConfig, SpecConfig, Stats, TokenEvent
 from app.errors import TandemError
+from app.storage import load_marker
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,9 @@ class EngineWorker(QObject):
                 self.progress.emit(stage, fraction)
             return True
 
+        # A mark on disk while llama.cpp loads: a start that dies here is not repeated
+        # blindly by the next one (app/storage/load_marker.py).
+        load_marker.begin(spec.target_path, spec.draft_path)
         try:
             self._models = self._loader(spec, report)
         except LoadCancelled:
@@ -138,6 +142,8 @@ class EngineWorker(QObject):
                 log.exception("Loading models failed")
             self.load_failed.emit(one_line(exc))
             return
+        finally:
+            load_marker.finish()  # the process survived the load, however it ended
         if load_id != self.wanted_load:
             self._close_models()
             return

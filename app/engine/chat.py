@@ -1,66 +1,220 @@
-"""Chat prompts rendered with the model's own template, in a sandboxed Jinja environment.
+"""Chat prompts rendered with the model's own template, in a bounded Jinja sandbox.
 
-A GGUF file's ``tokenizer.chat_template`` is code from whoever made the file, so
-it runs in Jinja's immutable sandbox: no attribute tricks, no mutation of our data.
+A GGUF file's ``tokenizer.chat_template`` is code from whoever made the file, so it
+runs in ``template_limits.BoundedEnvironment``: Jinja's immutable sandbox (no attribute
+tricks, no mutation of our data) with a time limit, an output limit and no way to
+build a billion-character value. Any failure of the template, of any kind, becomes one
+line naming the file, and the reply goes ahead with a plain ChatML prompt.
+
+Message contents are the user's (or an imported chat's) text, never the template's:
+text in them that reads like a control token (``<|im_end|>``) is tokenized as text.
+Only the template's own scaffolding becomes control tokens.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+import logging
+import re
+import secrets
 from functools import lru_cache
-from typing import Callable, Sequence
+from pathlib import Path
+from typing import Callable, NamedTuple, Sequence
 
 import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from app.engine.backend import ModelBackend
 from app.engine.errors import ChatTemplateError
+from app.engine.template_limits import (
+    OUTPUT_BASE_CHARS,
+    BoundedEnvironment,
+    RenderStopped,
+    TemplateLimitError,
+    render_bounded,
+    stop_renders_on,
+)
 
-# Used when a model carries no template of its own.
+__all__ = ["CHATML", "ChatTokens", "RenderStopped", "build_messages", "chat_prompt", "chat_tokens",
+           "conversation_prompt", "conversation_tokens", "fit_conversation", "left_out_text",
+           "render_chat", "stop_renders_on"]
+
+log = logging.getLogger(__name__)
+
+# Used when a model carries no template of its own, and when its template fails.
 CHATML = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
+MAX_TEMPLATE_CHARS = 64 * 1024  # real templates are a few kB; compiling 140 kB takes seconds
+OUTPUT_PER_CONTENT_CHAR = 4      # a template may repeat the system prompt, say; not endlessly
+OUTPUT_PER_MESSAGE = 256         # room for each message's scaffolding
+REASON_CHARS = 200
 
 
 def _raise(message: str) -> None:
-    raise ChatTemplateError(f"The chat template refused the conversation: {message}")
+    raise ChatTemplateError(f"The chat template refused the conversation: {_one_line(message)}")
+
+
+_environment = BoundedEnvironment(trim_blocks=True, lstrip_blocks=True)
+_environment.globals["raise_exception"] = _raise
 
 
 @lru_cache(maxsize=8)
-def _compile(source: str) -> jinja2.Template:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    env.globals["raise_exception"] = _raise
-    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+def _compile(source: str) -> jinja2.Template | ChatTemplateError:
+    """The compiled template, or why it has none (failures are cached too: compiling is slow)."""
+    if len(source) > MAX_TEMPLATE_CHARS:
+        return ChatTemplateError(f"The chat template is {len(source):,} characters long, over the limit "
+                                 f"of {MAX_TEMPLATE_CHARS:,}")
     try:
-        return env.from_string(source)
-    except jinja2.TemplateError as exc:
-        raise ChatTemplateError(f"The model's chat template does not compile: {exc}") from None
+        return _environment.from_string(source)
+    except Exception as exc:  # noqa: BLE001 — syntax, nesting (RecursionError), memory: all one line
+        return ChatTemplateError(f"The chat template does not compile: {_reason(exc)}")
 
 
 def render_chat(template: str | None, messages: Sequence[dict], *, bos_token: str = "",
                 eos_token: str = "", add_generation_prompt: bool = True) -> str:
+    """The conversation as the template writes it; raises ChatTemplateError (one line) for
+    whatever goes wrong, and RenderStopped when the render is stopped (``stop_renders_on``)."""
+    if template is None:
+        return chatml(messages, add_generation_prompt)
+    compiled = _compile(template)
+    if isinstance(compiled, ChatTemplateError):
+        raise compiled
+    contents = sum(len(m.get("content") or "") for m in messages if isinstance(m.get("content"), str))
+    limit = (OUTPUT_BASE_CHARS + OUTPUT_PER_CONTENT_CHAR * contents + OUTPUT_PER_MESSAGE * len(messages)
+             + 2 * (len(bos_token) + len(eos_token)))
     try:
-        return _compile(template or CHATML).render(
-            messages=list(messages), bos_token=bos_token, eos_token=eos_token,
-            add_generation_prompt=add_generation_prompt)
-    except ChatTemplateError:
+        return render_bounded(compiled, dict(messages=list(messages), bos_token=bos_token, eos_token=eos_token,
+                                             add_generation_prompt=add_generation_prompt), output_chars=limit)
+    except (ChatTemplateError, RenderStopped):
         raise
-    except jinja2.TemplateError as exc:
-        raise ChatTemplateError(f"The model's chat template failed: {exc}") from None
+    except TemplateLimitError as exc:
+        raise ChatTemplateError(f"The chat template went over its limits: {_reason(exc)}") from None
+    except Exception as exc:  # noqa: BLE001 — 1/0, 1+'a', recursion, undefined names, ...
+        raise ChatTemplateError(f"The chat template failed: {_reason(exc)}") from None
+
+
+def chatml(messages: Sequence[dict], add_generation_prompt: bool = True) -> str:
+    """What ``CHATML`` renders, in plain Python: the fallback must not fail or time out."""
+    text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+    return text + ("<|im_start|>assistant\n" if add_generation_prompt else "")
+
+
+class ChatTokens(NamedTuple):
+    tokens: list[int]
+    left_out: int = 0  # earliest messages left out so the conversation fits the context
+    notice: str = ""   # one line when the model's template failed and ChatML stood in
+
+
+class _ContentGuard:
+    """Keeps text in message contents that reads like a control token from becoming one.
+
+    Before rendering, each such text in a content (found the way llama.cpp finds it:
+    by tokenizing the content with special tokens parsed) is swapped for a marker of
+    private-use characters; after rendering, the markers are tokenized as plain text and
+    everything between them (the template's scaffolding, the rest of the contents) as
+    today. A content without control text is left alone, so an ordinary chat tokenizes
+    exactly as before. The markers carry a random number, so a user cannot forge one,
+    and forging one would only make more text stay text.
+    """
+
+    def __init__(self, model: ModelBackend) -> None:
+        self._model = model
+        nonce = f"{secrets.randbelow(10 ** 8):08d}"  # digits: templates that upper() contents keep them
+        self._open, self._close = f"\ue000{nonce}:", "\ue001"
+        self._marker = re.compile(re.escape(self._open) + r"(\d+)" + re.escape(self._close))
+        self._texts: list[str] = []          # marker number -> the control text it stands for
+        self._protected: dict[str, str] = {}  # content -> content with markers (fit_conversation re-renders)
+        self._is_control: dict[int, bool] = {}
+
+    def protect(self, messages: Sequence[dict]) -> list[dict]:
+        return [dict(m, content=self._protect(m["content"])) if isinstance(m.get("content"), str) else m
+                for m in messages]
+
+    def tokenize(self, text: str) -> list[int]:
+        tokenize = self._model.tokenize
+        if not self._texts:
+            return tokenize(text, add_special=False, parse_special=True)
+        tokens: list[int] = []
+        for index, piece in enumerate(self._marker.split(text)):
+            if index % 2:
+                tokens += tokenize(self._texts[int(piece)], add_special=False, parse_special=False)
+            elif piece:
+                tokens += tokenize(piece, add_special=False, parse_special=True)
+        return tokens
+
+    def _protect(self, content: str) -> str:
+        protected = self._protected.get(content)
+        if protected is None:
+            protected = self._protected[content] = self._swap(content)
+        return protected
+
+    def _swap(self, content: str) -> str:
+        ids = set(self._model.tokenize(content, add_special=False, parse_special=True))
+        texts = {self._model.token_text(t) for t in ids if self._control(t)}
+        for text in sorted(texts, key=len, reverse=True):  # a longer control text may hold a shorter
+            if text not in self._texts:
+                self._texts.append(text)
+            content = content.replace(text, f"{self._open}{self._texts.index(text)}{self._close}")
+        return content
+
+    def _control(self, token: int) -> bool:
+        # A control token has text only when specials are rendered: no plain bytes of its own.
+        known = self._is_control.get(token)
+        if known is None:
+            known = self._is_control[token] = (not self._model.token_bytes(token)
+                                               and bool(self._model.token_text(token)))
+        return known
+
+
+class _Prompter:
+    """Messages -> tokens for one model, with its template or (``template=False``) ChatML."""
+
+    def __init__(self, model: ModelBackend, guard: _ContentGuard | None = None, *, template: bool = True) -> None:
+        self.model = model
+        self.guard = guard or _ContentGuard(model)
+        self.template = model.chat_template if template else None
+
+    def tokens(self, messages: Sequence[dict]) -> list[int]:
+        model = self.model
+        bos = model.token_text(model.bos_id) if model.bos_id >= 0 else ""
+        eos = model.token_text(model.eos_id) if model.eos_id >= 0 else ""
+        text = render_chat(self.template, self.guard.protect(messages), bos_token=bos, eos_token=eos)
+        # Templates usually write the BOS themselves; add it only when they did not.
+        add_bos = model.add_bos and not (bos and text.startswith(bos))
+        tokens = self.guard.tokenize(text)
+        return [model.bos_id, *tokens] if add_bos else tokens
+
+    def fallback(self) -> _Prompter:
+        return _Prompter(self.model, self.guard, template=False)
+
+
+def template_notice(model: ModelBackend, error: ChatTemplateError) -> str:
+    """One line: which file's template failed, why, and that ChatML stood in."""
+    path = getattr(model, "path", None)
+    name = Path(path).name if path else (model.name or "the model")
+    name = name.encode("utf-8", "replace").decode("utf-8")  # a non-UTF-8 file name must still print
+    reason = str(error)
+    return f"{name}: {reason[:1].lower()}{reason[1:]}; this reply used a plain ChatML prompt instead."
+
+
+def chat_prompt(model: ModelBackend, messages: Sequence[dict]) -> ChatTokens:
+    """Tokens of a conversation, ending with the assistant's turn opened (ChatML if the
+    model's template fails, with the notice saying so)."""
+    prompter = _Prompter(model)
+    try:
+        return ChatTokens(prompter.tokens(messages))
+    except ChatTemplateError as exc:
+        return ChatTokens(prompter.fallback().tokens(messages), 0, template_notice(model, exc))
 
 
 def chat_tokens(model: ModelBackend, messages: Sequence[dict]) -> list[int]:
-    """Tokens of a conversation, ending with the assistant's turn opened."""
-    bos = model.token_text(model.bos_id) if model.bos_id >= 0 else ""
-    eos = model.token_text(model.eos_id) if model.eos_id >= 0 else ""
-    text = render_chat(model.chat_template, messages, bos_token=bos, eos_token=eos)
-    # Templates usually write the BOS themselves; add it only when they did not.
-    add_bos = model.add_bos and not (bos and text.startswith(bos))
-    tokens = model.tokenize(text, add_special=False, parse_special=True)
-    return [model.bos_id, *tokens] if add_bos else tokens
+    """``chat_prompt``'s tokens; a fallback notice goes to the log (the terminal shows warnings)."""
+    prompt = chat_prompt(model, messages)
+    if prompt.notice:
+        log.warning(prompt.notice)
+    return prompt.tokens
 
 
 def build_messages(history: Sequence[tuple[str, str]], system_prompt: str = "") -> list[dict]:
@@ -103,14 +257,42 @@ def fit_conversation(history: Sequence[tuple[str, str]], system_prompt: str,
     return fitting or (tokens_after(cuts[-1]), cuts[-1])
 
 
+def conversation_prompt(model: ModelBackend, history: Sequence[tuple[str, str]], system_prompt: str,
+                        max_tokens: int) -> ChatTokens:
+    """The chat as the model will see it, how many of its earliest messages were left
+    out, and a notice when its template failed. Room is kept for the reply: its length
+    limit, but at most half the context, so a generous limit does not push out the whole
+    conversation. A template that fails on any render is dropped for the whole chat, so
+    the cut is judged on one kind of prompt."""
+    budget = model.n_ctx - max(1, min(max_tokens, model.n_ctx // 2))
+    prompter = _Prompter(model)
+    try:
+        return ChatTokens(*fit_conversation(history, system_prompt, prompter.tokens, budget))
+    except ChatTemplateError as exc:
+        notice = template_notice(model, exc)
+    return ChatTokens(*fit_conversation(history, system_prompt, prompter.fallback().tokens, budget), notice)
+
+
 def conversation_tokens(model: ModelBackend, history: Sequence[tuple[str, str]], system_prompt: str,
                         max_tokens: int) -> tuple[list[int], int]:
-    """The chat as the model will see it, and how many of its earliest messages were
-    left out. Room is kept for the reply: its length limit, but at most half the
-    context, so a generous limit does not push out the whole conversation."""
-    budget = model.n_ctx - max(1, min(max_tokens, model.n_ctx // 2))
-    return fit_conversation(history, system_prompt, lambda messages: chat_tokens(model, messages), budget)
+    """``conversation_prompt`` as (tokens, left out); a fallback notice goes to the log."""
+    prompt = conversation_prompt(model, history, system_prompt, max_tokens)
+    if prompt.notice:
+        log.warning(prompt.notice)
+    return prompt.tokens, prompt.left_out
 
 
 def left_out_text(messages: int) -> str:
     return f"the {messages} earliest message{'s' if messages != 1 else ''} left out to fit the context"
+
+
+def _reason(exc: BaseException) -> str:
+    """An exception as a short line: its own words for ours, type and words otherwise."""
+    text = str(exc) if isinstance(exc, (ChatTemplateError, TemplateLimitError)) else (
+        f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+    return _one_line(text)
+
+
+def _one_line(text: object) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= REASON_CHARS else line[:REASON_CHARS - 1] + "…"

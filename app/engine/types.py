@@ -90,6 +90,7 @@ class Stats:
     speculative: bool = False
     note: str = ""               # why speculation was off, when it was
     left_out: int = 0            # earliest messages of the chat left out to fit the context
+    prompt_notice: str = ""      # the model's chat template failed: why, and that ChatML stood in
 
     @property
     def acceptance(self) -> float:
@@ -149,4 +150,5 @@ class Stats:
             "speculative": self.speculative,
             "note": self.note,
             "left_out": self.left_out,
+            "prompt_notice": self.prompt_notice,
         }

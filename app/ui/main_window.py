@@ -22,7 +22,7 @@ import copy
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QByteArray, Qt, QUrl, Signal
+from PySide6.QtCore import QByteArray, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QDragEnterEvent, QDropEvent, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -44,6 +44,7 @@ from app.bridge.models import LoadInfo, ModelSpec
 from app.bridge.worker import EngineClient
 from app.engine.types import COPY_MIN, SamplingConfig, SpecConfig, Stats, TokenEvent
 from app.errors import TandemError
+from app.storage import load_marker
 from app.storage.settings import LoadedSettings, Settings, load_settings, save_settings
 from app.ui.about import about_details
 from app.ui.chat_view import ChatView
@@ -132,7 +133,8 @@ class MainWindow(QMainWindow):
         self.gpu_poller = gpu_poller or GpuPoller(parent=self)
         self.gpu_poller.status_changed.connect(self.side_panel.gpu.show_status)
         self.gpu_poller.start()
-        self._load_models(force=True)
+        if not self._refuse_crashed_load():
+            self._load_models(force=True)
         self.composer.focus()
 
     # --- building -------------------------------------------------------------------------------
@@ -446,6 +448,23 @@ class MainWindow(QMainWindow):
             self.history.sidebar.delete_current()
 
     # --- models ---------------------------------------------------------------------------------
+
+    def _refuse_crashed_load(self) -> bool:
+        """No crash loop: if the last start died while loading these very models, do not
+        load them again; say so and open the settings (OK there, or other files, retries)."""
+        crashed = load_marker.crashed_load()
+        if crashed is None or not crashed.matches(self.settings.target_path, self.settings.draft_path):
+            return False
+        self.load_banner.hide()
+        self.model_label.setText("No model loaded")
+        self.side_panel.stats.show_models(None, "not loaded")
+        self.composer.set_ready(False)
+        self.notices.show_notice(
+            "load", f"Tandem closed while loading {crashed.describe()} (started {crashed.started}), "
+                    "so they were not loaded again: llama.cpp may have crashed on them. Choose other "
+                    "files in Settings, or press OK there to try these again.", ERROR)
+        QTimer.singleShot(0, self.open_settings)
+        return True
 
     def _load_models(self, force: bool = False) -> None:
         spec = ModelSpec.from_settings(self.settings)

@@ -35,4 +35,6 @@ def message_summary(stats: Stats) -> str:
         parts.append(reason)
     if stats.left_out:
         parts.append(left_out_text(stats.left_out))
+    if stats.prompt_notice:
+        parts.append("plain ChatML prompt (the model's template failed)")
     return " · ".join(parts)

@@ -1,0 +1,284 @@
+"""Will llama.cpp survive this model file? Load it in a child process first, once per file.
+
+The validator (``app.engine.gguf_meta`` with ``gguf_rules``) refuses every lie in a
+GGUF file that llama.cpp is known to abort on; this is the net under it for the
+ones nobody foresaw. Before a model file is loaded for the first time,
+``require_model_runs`` runs ``app.backends.model_trial`` on it in a child
+(``python -m app --check-model PATH``) and reads how that ended. A child that dies
+becomes a one-line ``ModelFileError`` naming the file and what llama.cpp said last.
+
+A pass is remembered under the file's path, size and modification time (and the
+llama.cpp build's fingerprint: another build may abort where this one did not), so
+a normal start costs a few ``stat`` calls. A failure is never remembered: the next
+load tries again, in case the file was replaced.
+
+This module never imports ``llama_cpp``: the parent must not be the one that dies.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from app.backends.build_check import ROOT, _signal_name, check_llama_build, fingerprint, library_files
+from app.engine.errors import ModelFileError
+from app.engine.gguf_meta import shown_name, shown_path, validate_gguf
+
+CHECK_FLAG = "--check-model"  # handled first thing by app.__main__
+CACHE_NAME = "model-checks.json"
+CACHE_VERSION = 1
+MAX_REMEMBERED = 256          # passes kept; the oldest go first
+BASE_TIMEOUT = 60.0           # seconds for a small file ...
+SECONDS_PER_GIB = 15.0        # ... plus reading the weights once at ~70 MB/s
+POLL_SECONDS = 0.1
+STDERR_LINES = 40             # the tail of llama.cpp's words kept for the message
+
+# (fraction of the trial load done) -> False to cancel
+TrialProgress = Callable[[float], bool | None]
+
+
+@dataclass
+class TrialOutcome:
+    """How one child trial ended."""
+
+    ok: bool
+    detail: str = ""                # one line, when not ok: what happened and what llama.cpp said
+    returncode: int | None = None
+    signal_name: str = ""
+    cancelled: bool = False
+    seconds: float = 0.0
+    records: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class ModelCheck:
+    ok: bool
+    cached: bool                    # answered from an earlier pass, no child started
+    seconds: float
+    message: str = ""               # one line naming the file, when not ok
+    cancelled: bool = False
+
+    def raise_if_failed(self) -> None:
+        if not self.ok:
+            raise ModelFileError(self.message)
+
+
+def trial_command(path: Path) -> list[str | bytes]:
+    # The path's bytes as they are: a name that is not UTF-8 reaches the child intact.
+    target = os.fsencode(path)
+    if getattr(sys, "frozen", False):  # the bundle's executable is the interpreter
+        return [sys.executable, CHECK_FLAG, target]
+    return [sys.executable, "-m", "app", CHECK_FLAG, target]
+
+
+def timeout_for(size: int) -> float:
+    return BASE_TIMEOUT + SECONDS_PER_GIB * size / 2**30
+
+
+def run_trial_child(path: Path, *, progress: TrialProgress | None = None,
+                    timeout: float | None = None, env: dict | None = None) -> TrialOutcome:
+    """Run the trial in a child process and say how it ended (never raises)."""
+    started = time.perf_counter()
+    path = Path(path)
+    if timeout is None:
+        try:
+            timeout = timeout_for(path.stat().st_size)
+        except OSError:
+            timeout = BASE_TIMEOUT
+    child_env = dict(os.environ if env is None else env)
+    child_env["GGML_NO_BACKTRACE"] = "1"  # an abort says its line and goes; no debugger attached
+    if not getattr(sys, "frozen", False):
+        # The child must import this checkout's ``app``, wherever it was started from.
+        child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), child_env.get("PYTHONPATH")]))
+    try:
+        child = subprocess.Popen(trial_command(path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 stdin=subprocess.DEVNULL, env=child_env)
+    except OSError as exc:
+        return TrialOutcome(False, f"the trial load could not start ({exc})", seconds=time.perf_counter() - started)
+
+    records: list[dict] = []
+    stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
+    readers = [threading.Thread(target=_read_records, args=(child.stdout, records), daemon=True),
+               threading.Thread(target=_read_lines, args=(child.stderr, stderr_tail), daemon=True)]
+    for reader in readers:
+        reader.start()
+    deadline = time.monotonic() + timeout
+    fraction = 0.0
+    cancelled = timed_out = False
+    while child.poll() is None:
+        # Asked again at every poll, not only when the child reports: a newer load
+        # in the window (or its closing) must be able to stop a trial that is stuck.
+        for record in records[len(records) - 1:]:
+            if record.get("stage") == "loading" and isinstance(record.get("fraction"), (int, float)):
+                fraction = float(record["fraction"])
+        if progress is not None and progress(fraction) is False:
+            cancelled = True
+        elif time.monotonic() > deadline:
+            timed_out = True
+        if cancelled or timed_out:
+            child.kill()
+            break
+        try:
+            child.wait(POLL_SECONDS)
+        except subprocess.TimeoutExpired:
+            pass
+    child.wait()
+    for reader in readers:
+        reader.join(5)
+    seconds = time.perf_counter() - started
+    code = child.returncode
+    if cancelled:
+        return TrialOutcome(False, "the trial load was cancelled", code, cancelled=True, seconds=seconds,
+                            records=records)
+    if timed_out:
+        return TrialOutcome(False, f"a trial load did not finish in {timeout:.0f} s"
+                            + _said(last_words(stderr_tail)), code, seconds=seconds, records=records)
+    final = records[-1] if records and records[-1].get("stage") == "done" else {}
+    if code < 0:
+        name = _signal_name(-code)
+        return TrialOutcome(False, f"llama.cpp crashed on it in a trial load ({name}"
+                            + _said(last_words(stderr_tail), ": ") + ")", code, name, seconds=seconds,
+                            records=records)
+    if code == 0 and final.get("ok"):
+        return TrialOutcome(True, "", 0, seconds=seconds, records=records)
+    if final.get("error"):
+        return TrialOutcome(False, str(final["error"]), code, seconds=seconds, records=records)
+    words = last_words(stderr_tail)
+    return TrialOutcome(False, f"a trial load exited with code {code}" + _said(words), code,
+                        seconds=seconds, records=records)
+
+
+def _said(words: str, lead: str = "; llama.cpp said: ") -> str:
+    return f"{lead}{words}" if words else ""
+
+
+def _read_records(stream, records: list[dict]) -> None:
+    for raw in stream:
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+
+
+def _read_lines(stream, lines: collections.deque[str]) -> None:
+    for raw in stream:
+        text = raw.decode("utf-8", "replace").strip()
+        if text:
+            lines.append(text)
+
+
+_SOURCE_PATH = re.compile(r"^\S*?([^/\\\s]+\.(?:c|cc|cpp|h|cu|m)):(\d+): ")
+
+
+def last_words(lines) -> str:
+    """llama.cpp's own account of its death, one line: the failed assert, the uncaught
+    exception, or else the last thing it said."""
+    lines = list(lines)
+    for line in reversed(lines):
+        if "GGML_ASSERT" in line or "GGML_ABORT" in line or ": fatal error" in line:
+            return _clip(_SOURCE_PATH.sub(r"\1:\2: ", line))
+    for i, line in enumerate(lines):
+        if line.startswith("terminate called after throwing an instance of"):
+            kind = line.rsplit(" ", 1)[-1].strip("'")
+            what = next((rest.split("what():", 1)[1].strip() for rest in lines[i + 1:i + 3]
+                         if "what():" in rest), "")
+            return _clip(f"uncaught {kind}" + (f" ({what})" if what else ""))
+    meaningful = [line for line in lines if not line.startswith("#")]
+    return _clip(meaningful[-1]) if meaningful else ""
+
+
+def _clip(text: str, limit: int = 240) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# -- the cache ------------------------------------------------------------------------
+
+
+def trial_key(path: Path, stat: os.stat_result, build: str) -> str:
+    digest = hashlib.sha256()
+    digest.update(os.fsencode(path.resolve()) + b"\0")
+    digest.update(f"{stat.st_size}:{stat.st_mtime_ns}:{build}".encode())
+    return digest.hexdigest()
+
+
+def _cache_file(cache_dir: Path | None) -> Path:
+    if cache_dir is None:
+        from app.storage import paths
+
+        cache_dir = paths.cache_dir()
+    return cache_dir / CACHE_NAME
+
+
+def _load_passes(cache: Path) -> dict[str, dict]:
+    try:
+        data = json.loads(cache.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}  # missing or damaged: trials run again, nothing worse
+    passes = data.get("passed") if isinstance(data, dict) and data.get("version") == CACHE_VERSION else None
+    return {k: v for k, v in passes.items() if isinstance(v, dict)} if isinstance(passes, dict) else {}
+
+
+def _remember_pass(cache: Path, key: str, path: Path, seconds: float) -> None:
+    passes = _load_passes(cache)  # read again: another Tandem may have added its own
+    passes.pop(key, None)
+    passes[key] = {"file": shown_path(path), "seconds": round(seconds, 3),
+                   "checked": time.strftime("%Y-%m-%d %H:%M:%S")}
+    while len(passes) > MAX_REMEMBERED:
+        passes.pop(next(iter(passes)))
+    try:
+        tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"version": CACHE_VERSION, "passed": passes}), encoding="utf-8")
+        os.replace(tmp, cache)
+    except OSError:
+        pass  # a read-only cache only means trying the file again next time
+
+
+# -- what loaders call ----------------------------------------------------------------
+
+
+def check_model(path: str | os.PathLike[str], *, progress: TrialProgress | None = None,
+                cache_dir: Path | None = None, use_cache: bool = True) -> ModelCheck:
+    """Validate ``path``, then trial-load it in a child unless this very file passed before.
+
+    A structural problem raises ModelFileError from the validator at once; everything
+    the child finds comes back in ``ModelCheck.message``.
+    """
+    started = time.perf_counter()
+    path = Path(path)
+    validate_gguf(path)
+    stat = path.stat()
+    cache = _cache_file(cache_dir) if use_cache else None
+    key = trial_key(path, stat, fingerprint(library_files()))
+    if cache is not None and key in _load_passes(cache):
+        return ModelCheck(True, True, time.perf_counter() - started)
+    # A build that dies on every model must not be blamed on this one.
+    check_llama_build(cache_dir=cache_dir).raise_if_broken()
+    outcome = run_trial_child(path, progress=progress)
+    seconds = time.perf_counter() - started
+    if outcome.ok:
+        if cache is not None:
+            _remember_pass(cache, key, path, outcome.seconds)
+        return ModelCheck(True, False, seconds)
+    name = f"{shown_name(path)}: "
+    detail = outcome.detail.removeprefix(name)  # the child's own errors name the file already
+    return ModelCheck(False, False, seconds, name + detail, outcome.cancelled)
+
+
+def require_model_runs(path: str | os.PathLike[str], *, progress: TrialProgress | None = None,
+                       cache_dir: Path | None = None) -> ModelCheck:
+    """:func:`check_model`, raising ModelFileError (one line, naming the file) unless it passed."""
+    check = check_model(path, progress=progress, cache_dir=cache_dir)
+    check.raise_if_failed()
+    return check
