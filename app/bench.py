@@ -352,15 +352,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     prompts = read_prompts(args.prompts, args.limit, categories)
     settings = _draft_settings(args.draft_max)
     progress = TerminalProgress()
-    pair = load(args, progress)
+    session = load(args, progress)
     try:
-        if pair.engine.drafter is None:
-            raise BenchError(f"Nothing to compare: {pair.engine.note}")
-        report = run_bench(pair.engine, pair.target, prompts, settings, args.max_tokens, progress,
+        if session.engine.drafter is None:
+            raise BenchError(f"Nothing to compare: {session.engine.note}")
+        report = run_bench(session.engine, session.target, prompts, settings, args.max_tokens, progress,
                            args.repeat, args.copy)
         progress.done()
     finally:
-        pair.close()
+        session.close()
     if args.json:
         single = next(iter(report.values())) if len(report) == 1 else {"by_draft_max": report}
         print(json.dumps(single))

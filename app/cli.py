@@ -19,7 +19,7 @@ from app.arg_types import draft_max_value, real, regular_file, seed_value, utf8_
 from app.errors import TandemError
 from app.logs import FILE_ONLY
 from app.prompt_files import read_jsonl, seed_field, text_field
-from app.engine.types import COPY_MIN, DRAFT_MAX_RANGE, SamplingConfig, SpecConfig
+from app.engine.types import DRAFT_MAX_RANGE, SamplingConfig, SpecConfig
 
 
 class UsageError(TandemError):
@@ -148,8 +148,9 @@ def sampling_from(args: argparse.Namespace, seed: int | None = None) -> Sampling
 
 
 def spec_from(args: argparse.Namespace) -> SpecConfig:
-    return SpecConfig(enabled=not args.no_speculation, draft_max=args.draft_max,
-                      draft_min=args.draft_min, p_min=args.p_min, copy_min=0 if args.no_copy else COPY_MIN)
+    from app.session.config import speculation
+
+    return speculation(not args.no_speculation, args.draft_max, args.draft_min, args.p_min, copy=not args.no_copy)
 
 
 class TerminalProgress:
@@ -184,18 +185,14 @@ class TerminalProgress:
         self._last = ""
 
 
-def resolve_models(args: argparse.Namespace, progress: TerminalProgress | None = None) -> tuple[Path, Path | None]:
-    """The target and draft paths; the demo pair (provisioned on first use) when none given."""
-    target, draft = args.target, args.draft
-    if target is None:
-        from app.models.demo import demo_pair
+def model_spec(args: argparse.Namespace):
+    """The models the command line asks for (the demo pair without a target)."""
+    from app.session.config import ModelSpec
 
-        pair = demo_pair(progress)
-        if progress:
-            progress.done()
-        target = pair.target
-        draft = draft or pair.draft
-    return target, draft
+    return ModelSpec(target_path=str(args.target) if args.target else "",
+                     draft_path=str(args.draft) if args.draft else "", drafter=args.drafter, n_ctx=args.n_ctx,
+                     target_gpu_layers=args.gpu_layers, draft_gpu_layers=draft_gpu_layers(args),
+                     n_threads=args.threads, flash_attention=args.flash_attn)
 
 
 def draft_gpu_layers(args: argparse.Namespace) -> int:
@@ -204,16 +201,14 @@ def draft_gpu_layers(args: argparse.Namespace) -> int:
 
 
 def load(args: argparse.Namespace, progress: TerminalProgress | None = None):
-    from app.backends.loader import load_pair
+    """A ``ChatSession`` on the command line's models, with a progress bar on stderr."""
+    from app.session.loading import load_session
 
-    target, draft = resolve_models(args, progress)
-    pair = load_pair(target, draft, drafter=args.drafter, n_ctx=args.n_ctx, target_gpu_layers=args.gpu_layers,
-                     draft_gpu_layers=draft_gpu_layers(args), n_threads=args.threads,
-                     flash_attention=args.flash_attn,
-                     progress=(lambda what, f: progress(f"Loading {what} model", f)) if progress else None)
-    if progress:
-        progress.done()
-    return pair
+    try:
+        return load_session(model_spec(args), progress)
+    finally:
+        if progress:
+            progress.done()
 
 
 def prompt_tokens(target, text: str, *, raw: bool, system: str = "") -> list[int]:
@@ -243,14 +238,15 @@ def _read_prompts(path: Path) -> list[PromptJob]:
 def cmd_generate(args: argparse.Namespace) -> int:
     jobs = _read_prompts(args.prompts) if args.prompts else [PromptJob(args.prompt, None)]
     progress = TerminalProgress()
-    pair = load(args, progress)
+    session = load(args, progress)
     try:
-        if args.drafter == "model" and pair.compatibility and not pair.compatibility.ok and not args.no_speculation:
-            print(f"tandem: {pair.compatibility.reason}; generating without speculation", file=sys.stderr)
+        compatibility = session.compatibility
+        if args.drafter == "model" and compatibility and not compatibility.ok and not args.no_speculation:
+            print(f"tandem: {compatibility.reason}; generating without speculation", file=sys.stderr)
         spec = spec_from(args)
         for job in jobs:
-            tokens = prompt_tokens(pair.target, job.text, raw=args.raw, system=args.system)
-            generation = pair.engine.generate(tokens, sampling_from(args, job.seed), spec, args.max_tokens)
+            tokens = prompt_tokens(session.target, job.text, raw=args.raw, system=args.system)
+            generation = session.engine.generate(tokens, sampling_from(args, job.seed), spec, args.max_tokens)
             if args.json:
                 events = generation.run()
                 print(json.dumps({
@@ -265,7 +261,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
                 sys.stdout.write("\n")
                 print(summary_line(generation.stats), file=sys.stderr)
     finally:
-        pair.close()
+        session.close()
     return 0
 
 
@@ -300,11 +296,10 @@ def cmd_check_pair(args: argparse.Namespace) -> int:
 def cmd_chat(args: argparse.Namespace) -> int:
     """A terminal chat: each reply streams with its speculation summary."""
     progress = TerminalProgress()
-    pair = load(args, progress)
+    session = load(args, progress)
     history: list[tuple[str, str]] = []
-    from app.engine.chat import conversation_tokens
-
-    print(f"Chatting with {pair.target.name}" + (f" (draft: {pair.draft.name})" if pair.draft else "")
+    info = session.info
+    print(f"Chatting with {info.target_name}" + (f" (draft: {info.draft_name})" if info.draft_name else "")
           + ". Empty line or Ctrl+D quits.", file=sys.stderr)
     try:
         while True:
@@ -315,10 +310,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
             if not text:
                 break
             history.append(("user", text))
-            tokens, left_out = conversation_tokens(pair.target, history, args.system, args.max_tokens)
             cancel = threading.Event()
-            generation = pair.engine.generate(tokens, sampling_from(args), spec_from(args), args.max_tokens, cancel)
-            generation.stats.left_out = left_out
+            generation = session.reply(history, sampling_from(args), spec_from(args), args.max_tokens,
+                                       system_prompt=args.system, cancel=cancel)
             reply = []
             try:
                 for event in generation:
@@ -330,7 +324,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
             history.append(("assistant", "".join(reply)))
             print("\n" + summary_line(generation.stats), file=sys.stderr)
     finally:
-        pair.close()
+        session.close()
     return 0
 
 

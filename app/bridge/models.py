@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, NamedTuple, Protocol, Sequence
 
-from app.engine.chat import conversation_tokens
+from app.engine.chat import conversation_prompt
 from app.engine.speculative import Generation
 from app.engine.types import SamplingConfig, SpecConfig
 from app.storage.settings import Settings
@@ -64,6 +64,7 @@ class LoadInfo:
 class ChatPrompt(NamedTuple):
     tokens: list[int]
     left_out: int = 0  # earliest messages left out so the conversation fits the context
+    notice: str = ""   # one line when the model's chat template failed and ChatML stood in
 
 
 class Engine(Protocol):
@@ -95,12 +96,12 @@ class LlamaModels:
 
     def prompt(self, history: Sequence[tuple[str, str]], system_prompt: str, max_tokens: int) -> ChatPrompt:
         """The conversation as tokens, with room left for a reply of ``max_tokens``."""
-        return ChatPrompt(*conversation_tokens(self._pair.target, history, system_prompt, max_tokens))
+        return ChatPrompt(*conversation_prompt(self._pair.target, history, system_prompt, max_tokens))
 
     def self_test(self):
         """The ``--self-test`` checks on the loaded pair (Help → Check speculation)."""
         from app.gpu.monitor import GpuMonitor
-        from app.selftest import run_checks
+        from app.session.selftest import run_checks
 
         monitor = GpuMonitor()
         status = monitor.poll()

@@ -1,0 +1,72 @@
+"""``ChatSession``: a loaded pair that turns conversations into replies."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import NamedTuple, Sequence
+
+from app.engine.chat import conversation_tokens
+from app.engine.speculative import Generation
+from app.engine.types import SamplingConfig, SpecConfig
+
+
+@dataclass(frozen=True)
+class LoadInfo:
+    """What got loaded, for a front end to show."""
+
+    target_name: str
+    target_path: str
+    draft_name: str = ""       # '' when no draft model is in use
+    draft_path: str = ""
+    drafter: str = "none"      # "model", "lookup" or "none"
+    speculation_available: bool = False
+    note: str = ""             # why there is no speculation, when there is none
+    failed_rule: str | None = None  # the compatibility rule a rejected draft failed
+    compute: str = "CPU"       # llama.cpp's compute backend
+
+
+class ChatPrompt(NamedTuple):
+    tokens: list[int]
+    left_out: int = 0  # earliest messages left out so the conversation fits the context
+
+
+class ChatSession:
+    """One loaded pair (``app.backends.loader.LoadedPair``) and what was loaded.
+
+    Owned by one thread: llama.cpp contexts stay on the thread that made them.
+    """
+
+    def __init__(self, pair, info: LoadInfo) -> None:
+        self.pair = pair
+        self.engine = pair.engine
+        self.target = pair.target
+        self.info = info
+
+    @property
+    def compatibility(self):
+        return self.pair.compatibility
+
+    def prompt(self, history: Sequence[tuple[str, str]], system_prompt: str, max_tokens: int) -> ChatPrompt:
+        """The conversation as tokens, with room left for a reply of ``max_tokens``."""
+        return ChatPrompt(*conversation_tokens(self.target, history, system_prompt, max_tokens))
+
+    def reply(self, history: Sequence[tuple[str, str]], sampling: SamplingConfig, spec: SpecConfig,
+              max_tokens: int, *, system_prompt: str = "", cancel: threading.Event | None = None) -> Generation:
+        """One reply to ``history`` (ending with the user's turn), as a stream of token events.
+
+        Iterate it for ``TokenEvent``s; its ``stats`` grow as it runs and say, at the end,
+        how many early messages were left out to fit the context."""
+        prompt = self.prompt(history, system_prompt, max_tokens)
+        generation = self.engine.generate(prompt.tokens, sampling, spec, max_tokens, cancel)
+        generation.stats.left_out = prompt.left_out
+        return generation
+
+    def self_test(self, gpu_name: str | None = None):
+        """The ``--self-test`` checks on this pair (Help → Check speculation)."""
+        from app.session.selftest import gpu_names, run_checks
+
+        return run_checks(self.pair, gpu_names() if gpu_name is None else gpu_name)
+
+    def close(self) -> None:
+        self.pair.close()

@@ -1,0 +1,52 @@
+"""What to load and how to decode, from settings or command-line values, in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.engine.types import COPY_MIN, SamplingConfig, SpecConfig
+from app.storage.settings import Settings
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The models to load: everything whose change needs a reload. An empty target means
+    the demo pair (provisioned on first use). Speculation, draft lengths and sampling are
+    not here: they travel with each reply, so they apply without touching the weights."""
+
+    target_path: str = ""
+    draft_path: str = ""
+    drafter: str = "model"  # "model" | "lookup"
+    n_ctx: int = 4096
+    target_gpu_layers: int = -1
+    draft_gpu_layers: int = -1
+    n_threads: int = 0
+    flash_attention: str = "auto"
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ModelSpec:
+        return cls(target_path=settings.target_path, draft_path=settings.draft_path,
+                   drafter=settings.drafter, n_ctx=settings.n_ctx,
+                   target_gpu_layers=settings.target_gpu_layers,
+                   draft_gpu_layers=settings.draft_gpu_layers, n_threads=settings.n_threads,
+                   flash_attention=settings.flash_attention)
+
+    @property
+    def uses_demo_pair(self) -> bool:
+        return not self.target_path
+
+
+def sampling_config(settings: Settings) -> SamplingConfig:
+    return SamplingConfig(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p,
+                          min_p=settings.min_p, seed=None if settings.seed < 0 else settings.seed)
+
+
+def spec_config(settings: Settings) -> SpecConfig:
+    return speculation(settings.speculation, settings.draft_max, settings.draft_min, settings.p_min,
+                       copy=settings.copy_repeats)
+
+
+def speculation(enabled: bool, draft_max, draft_min: int = 1, p_min: float = 0.0, *, copy: bool = True) -> SpecConfig:
+    """The one mapping of a user's "copy repeated text" on/off to the engine's ``copy_min``."""
+    return SpecConfig(enabled=enabled, draft_max=draft_max, draft_min=draft_min, p_min=p_min,
+                      copy_min=COPY_MIN if copy else 0)

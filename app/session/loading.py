@@ -1,0 +1,63 @@
+"""One path from a choice of models to a loaded ``ChatSession``, for every front end.
+
+Slow (provisioning the demo pair, reading weights): call it off any UI thread.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from app.session.chat import ChatSession, LoadInfo
+from app.session.config import ModelSpec
+
+# (what is happening, done, total) -> False to cancel. total 1.0 for a fraction, a byte
+# count for a download, 0 when unknown.
+Progress = Callable[[str, float, float], bool | None]
+
+
+class LoadCancelled(Exception):
+    """The progress callback asked to stop (a newer load replaced this one)."""
+
+
+def resolve_paths(spec: ModelSpec, progress: Progress | None = None) -> tuple[Path, Path | None]:
+    """The files to load. The demo draft only goes with the demo target: a chosen target
+    without a chosen draft runs without a draft model."""
+    if not spec.uses_demo_pair:
+        return Path(spec.target_path), Path(spec.draft_path) if spec.draft_path else None
+    from app.models.demo import demo_pair
+
+    def report(stage: str, done: int, total: int) -> None:
+        if progress is not None and progress(stage, done, total) is False:
+            raise LoadCancelled()
+
+    pair = demo_pair(report)
+    return pair.target, Path(spec.draft_path) if spec.draft_path else pair.draft
+
+
+def load_session(spec: ModelSpec, progress: Progress | None = None) -> ChatSession:
+    """Provision the demo pair when asked for it, then load with llama.cpp."""
+    from app.backends.llama_cpp_backend import system_info
+    from app.backends.loader import load_pair
+
+    target, draft = resolve_paths(spec, progress)
+
+    def loading(what: str, fraction: float) -> bool | None:
+        if progress is None:
+            return None
+        return progress(f"Loading {what} model", fraction, 1.0)
+
+    pair = load_pair(target, draft, drafter=spec.drafter, n_ctx=spec.n_ctx,
+                     target_gpu_layers=spec.target_gpu_layers, draft_gpu_layers=spec.draft_gpu_layers,
+                     n_threads=spec.n_threads, flash_attention=spec.flash_attention, progress=loading)
+    speculating = pair.engine.drafter is not None
+    compatibility = pair.compatibility
+    info = LoadInfo(
+        target_name=Path(target).name, target_path=str(target),
+        draft_name=Path(draft).name if pair.draft is not None else "",
+        draft_path=str(draft) if pair.draft is not None else "",
+        drafter=pair.engine.drafter.name if speculating else "none",
+        speculation_available=speculating, note=pair.engine.note,
+        failed_rule=compatibility.rule if compatibility is not None and not compatibility.ok else None,
+        compute=system_info()["backend"])
+    return ChatSession(pair, info)
