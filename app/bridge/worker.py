@@ -24,6 +24,7 @@ from typing import Sequence
 from PySide6.QtCore import QCoreApplication, QElapsedTimer, QObject, QThread, QTimer, Signal, Slot
 
 from app.bridge.models import LoadCancelled, LoadedModels, LoadInfo, Loader, ModelSpec, load_llama_models
+from app.engine.chat import RenderStopped, stop_renders_on
 from app.engine.types import SamplingConfig, SpecConfig, Stats, TokenEvent
 from app.errors import TandemError
 from app.storage import load_marker
@@ -155,10 +156,22 @@ class EngineWorker(QObject):
             self.failed.emit(request.id, "No model is loaded; check the model settings.")
             return
         try:
-            prompt = self._models.prompt(request.history, request.system_prompt, request.max_tokens)
+            # The model's chat template runs here, bounded; Stop (and quit) end it too.
+            with stop_renders_on(request.cancel):
+                prompt = self._models.prompt(request.history, request.system_prompt, request.max_tokens)
+        except RenderStopped:
+            self.finished.emit(request.id, Stats(stop_reason="cancelled"))
+            return
+        except Exception as exc:  # noqa: BLE001
+            if not isinstance(exc, TandemError):
+                log.exception("Building the prompt failed")
+            self.failed.emit(request.id, one_line(exc))
+            return
+        try:
             generation = self._models.engine.generate(
                 prompt.tokens, request.sampling, request.spec, request.max_tokens, request.cancel)
             generation.stats.left_out = prompt.left_out
+            generation.stats.prompt_notice = getattr(prompt, "notice", "")
             snapshot_at = 0.0
             for event in generation:
                 now = time.perf_counter()

@@ -378,6 +378,7 @@ class MainWindow(QMainWindow):
         if stats is not None:
             self._live_stats[request_id] = copy.copy(stats)
             self.side_panel.stats.show_stats(stats, live=True)
+            self._show_prompt_notice(stats)
         self.reply_tokens.emit(reply, events)
 
     def _on_finished(self, request_id: int, stats: Stats) -> None:
@@ -387,7 +388,16 @@ class MainWindow(QMainWindow):
             return
         reply.finish(stats, STOPPED if stats.stop_reason == "cancelled" else COMPLETE)
         self.side_panel.stats.show_stats(stats, live=False)
+        self._show_prompt_notice(stats)
         self.reply_finished.emit(reply)
+
+    def _show_prompt_notice(self, stats: Stats) -> None:
+        # The model's chat template failed and the reply went ahead with ChatML: say so,
+        # until a reply renders with the template again.
+        if stats.prompt_notice:
+            self.notices.show_notice("template", stats.prompt_notice, WARNING)
+        else:
+            self.notices.clear("template")
 
     def _on_failed(self, request_id: int, message: str) -> None:
         reply = self._replies.pop(request_id, None)
