@@ -65,7 +65,6 @@ class ChatPrompt(NamedTuple):
     tokens: list[int]
     left_out: int = 0  # earliest messages left out so the conversation fits the context
     notice: str = ""   # one line when the model's chat template failed and ChatML stood in
-    notice: str = ""   # one line when the model's chat template failed and ChatML stood in
 
 
 class Engine(Protocol):
