@@ -113,14 +113,23 @@ def run_trial_child(path: Path, *, progress: TrialProgress | None = None,
     for reader in readers:
         reader.start()
     deadline = time.monotonic() + timeout
-    fraction = 0.0
+    fraction, read = 0.0, 0
+
+    def latest_fraction() -> float:
+        nonlocal read
+        found = fraction
+        for record in records[read:]:
+            value = record.get("fraction")
+            if record.get("stage") == "loading" and isinstance(value, (int, float)) and 0 <= value <= 1:
+                found = float(value)
+        read = len(records)
+        return found
+
     cancelled = timed_out = False
     while child.poll() is None:
         # Asked again at every poll, not only when the child reports: a newer load
         # in the window (or its closing) must be able to stop a trial that is stuck.
-        for record in records[len(records) - 1:]:
-            if record.get("stage") == "loading" and isinstance(record.get("fraction"), (int, float)):
-                fraction = float(record["fraction"])
+        fraction = latest_fraction()
         if progress is not None and progress(fraction) is False:
             cancelled = True
         elif time.monotonic() > deadline:
@@ -135,6 +144,10 @@ def run_trial_child(path: Path, *, progress: TrialProgress | None = None,
     child.wait()
     for reader in readers:
         reader.join(5)
+    if progress is not None and not (cancelled or timed_out):
+        last = latest_fraction()  # what arrived after the last poll
+        if last != fraction:
+            progress(last)
     seconds = time.perf_counter() - started
     code = child.returncode
     if cancelled:

@@ -33,6 +33,9 @@ SAMPLES = (
     "Ünïcödé café naïve, 中文字符, русский, العربية, 🙂👍🏽\u200d, \x00\x01\x7f\u00a0\ufeff",
     "<|im_start|>user\n<s></s><unk>[INST]<|endoftext|><|im_end|>\n",
     " ",
+    # Every ASCII character and the rest of the two-byte range's start, one after another:
+    # normalizers and tries walk byte by byte.
+    "".join(chr(c) for c in range(1, 0x300)),
 )
 
 

@@ -1,0 +1,145 @@
+"""The trial load in a child: real llama.cpp deaths become one line; passes are remembered."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hostile_models import CASES, write_model  # noqa: E402
+
+from app.backends.model_check import check_model, last_words, run_trial_child  # noqa: E402
+from app.engine.errors import ModelFileError  # noqa: E402
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """Caches (trial passes, the build probe's) in this test's folder, not the user's."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("TANDEM_HOME", str(home))
+    return home
+
+
+@pytest.fixture(scope="module")
+def honest(tmp_path_factory) -> Path:
+    return write_model(tmp_path_factory.mktemp("honest") / "honest.gguf")
+
+
+@pytest.fixture(scope="module")
+def crashing(tmp_path_factory) -> Path:
+    """Passes the validator; llama.cpp aborts on the first text it tokenizes."""
+    spec, _ = CASES["t5-charsmap-out-of-bounds"]
+    return write_model(tmp_path_factory.mktemp("crashing") / "crashing.gguf", spec)
+
+
+def test_a_pass_is_remembered_by_path_size_and_mtime(home, honest, tmp_path):
+    first = check_model(honest, cache_dir=tmp_path)
+    assert first.ok and not first.cached
+    second = check_model(honest, cache_dir=tmp_path)
+    assert second.ok and second.cached
+    assert second.seconds < first.seconds
+    stat = honest.stat()
+    os.utime(honest, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))  # "replaced"
+    third = check_model(honest, cache_dir=tmp_path)
+    assert third.ok and not third.cached
+    copy = tmp_path / "copy.gguf"
+    copy.write_bytes(honest.read_bytes())
+    assert not check_model(copy, cache_dir=tmp_path).cached  # another path is another file
+
+
+def test_a_death_is_one_line_naming_the_file_and_never_remembered(home, crashing, tmp_path):
+    for _ in range(2):
+        check = check_model(crashing, cache_dir=tmp_path)
+        assert not check.ok and not check.cached
+        assert check.message == ("crashing.gguf: llama.cpp crashed on it in a trial load (SIGABRT: uncaught "
+                                 "std::runtime_error (Index out of array bounds in XCDA array!))")
+        assert "\n" not in check.message
+
+
+def test_non_finite_logits_fail_the_trial(home, tmp_path):
+    spec, _ = CASES["rope-freq-base-nan"]
+    check = check_model(write_model(tmp_path / "nan.gguf", spec), cache_dir=tmp_path)
+    assert not check.ok
+    assert check.message == "nan.gguf: llama.cpp computed non-finite logits (NaN or infinity) for it"
+
+
+def test_llama_cpps_own_refusal_comes_through(home, tmp_path):
+    spec, _ = CASES["block-count-0"]
+    bad = write_model(tmp_path / "bad.gguf", spec)
+    with pytest.raises(ModelFileError, match=r"^bad\.gguf: 'llama\.block_count' is 0"):
+        check_model(bad, cache_dir=tmp_path)  # the validator, before any child
+
+
+def test_a_trial_past_its_time_is_stopped(honest):
+    started = time.perf_counter()
+    outcome = run_trial_child(honest, timeout=0.2)
+    assert not outcome.ok and outcome.detail.startswith("a trial load did not finish in 0 s")
+    assert time.perf_counter() - started < 10
+
+
+def test_a_cancelled_trial_stops_at_once(honest):
+    started = time.perf_counter()
+    outcome = run_trial_child(honest, progress=lambda fraction: False)
+    assert outcome.cancelled and not outcome.ok
+    assert time.perf_counter() - started < 5
+
+
+def test_progress_reaches_the_parent(honest):
+    seen = []
+    outcome = run_trial_child(honest, progress=seen.append)
+    assert outcome.ok
+    assert seen and max(seen) == 1.0 and all(0.0 <= f <= 1.0 for f in seen)
+
+
+@pytest.mark.parametrize(("stderr", "words"), [
+    (["llama_model_load: warning", "/tmp/pip-req-build-x/vendor/llama.cpp/src/llama-vocab.cpp:2544: "
+      "GGML_ASSERT(id_to_token.size() == token_to_id.size()) failed"],
+     "llama-vocab.cpp:2544: GGML_ASSERT(id_to_token.size() == token_to_id.size()) failed"),
+    (["terminate called after throwing an instance of 'std::out_of_range'", "  what():  unordered_map::at"],
+     "uncaught std::out_of_range (unordered_map::at)"),
+    (["C:\\src\\llama.cpp\\src\\llama-vocab.cpp:3207: fatal error"], "llama-vocab.cpp:3207: fatal error"),
+    (["something", "#0 0x1234 in frame"], "something"),
+    ([], ""),
+])
+def test_last_words(stderr, words):
+    assert last_words(stderr) == words
+
+
+def test_load_pair_refuses_a_file_that_kills_llama_cpp(home, crashing):
+    """The real loading path: the file never reaches llama.cpp in this process."""
+    from app.backends.loader import load_pair
+
+    with pytest.raises(ModelFileError, match=r"^crashing\.gguf: llama\.cpp crashed on it in a trial load \(SIGABRT"):
+        load_pair(crashing, drafter="none", n_ctx=64)
+
+
+def test_load_pair_reports_the_trial_then_the_load(home, honest):
+    from app.backends.loader import load_pair
+
+    seen: list[tuple[str, float]] = []
+    pair = load_pair(honest, drafter="none", n_ctx=64, progress=lambda what, f: seen.append((what, f)))
+    pair.close()
+    fractions = [f for what, f in seen if what == "target"]
+    # One bar: the trial fills its first half, the load the second.
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0 and 0.5 in fractions
+    trial_part = [f for f in fractions if f < 0.5]
+    seen.clear()
+    load_pair(honest, drafter="none", n_ctx=64, progress=lambda what, f: seen.append((what, f))).close()
+    cached = [f for _, f in seen]
+    # Remembered: no trial, the load alone fills the bar, from 0.
+    assert cached == sorted(cached) and cached[0] == 0.0 and cached[-1] == 1.0
+    assert len(cached) < len(fractions) and trial_part
+
+
+def test_check_pair_says_compatible_only_after_both_trials(home, honest, crashing, tmp_path):
+    from app.backends.loader import check_pair
+
+    assert check_pair(honest, honest).ok
+    spec, _ = CASES["rope-freq-base-nan"]
+    nan = write_model(tmp_path / "nan-draft.gguf", spec)  # same vocabulary: compatible on paper
+    with pytest.raises(ModelFileError, match=r"^nan-draft\.gguf: llama\.cpp computed non-finite logits"):
+        check_pair(honest, nan)
