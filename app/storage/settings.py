@@ -4,8 +4,12 @@ Each field of ``Settings`` is the single declaration of a setting: its name, typ
 (the annotation), default, description and check. The dialog, the file format and
 the validation all read from there, so adding a setting means adding one field.
 
-File format: ``{"version": 1, "settings": {name: value, ...}}``. Loading never fails:
-a file that can't be used is moved aside and the user is told where it went.
+File format: ``{"version": 1, "settings": {name: value, ...}}``. Loading never fails
+and never blocks: only a regular file of at most ``MAX_FILE_BYTES`` is read (a FIFO or
+a link to ``/dev/zero`` is refused at once); a file that can't be used at all is moved
+aside and the user told where it went; a value that can't be used (nested deep, a
+number of thousands of digits, out of range, text with lone surrogates) resets only
+that setting, and the original file is kept aside too.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
+import reprlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, NamedTuple
@@ -21,8 +27,10 @@ from app.engine.types import DRAFT_MAX_RANGE
 from app.storage import paths
 from app.storage.errors import InvalidSettingError, StorageError
 from app.storage.files import atomic_write_text, move_aside
+from app.storage.safe_json import Refused, UnreadableFile, loads_lenient, read_regular_file
 
 SETTINGS_VERSION = 1
+MAX_FILE_BYTES = 1 << 20  # a settings file is a few hundred bytes; a long system prompt fits
 
 # Version n -> a function turning the "settings" dict of a version-n file into version n+1.
 # Loading applies them in order; an old file with no path to the current version counts as bad.
@@ -33,9 +41,26 @@ Check = Callable[[Any], Any]  # returns the value (normalised) or raises ValueEr
 
 # --- checks -------------------------------------------------------------------------------
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_NOT_FILE_NAME_BYTE = re.compile("[\ud800-\udc7f\udd00-\udfff]")
+
+
 def _text(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError("must be text")
+    # Half a UTF-16 pair is no character: it cannot be saved as UTF-8 or shown.
+    if _LONE_SURROGATE.search(value):
+        raise ValueError("must be text without lone surrogates")
+    return value
+
+
+def _path(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError("must be text")
+    # A file name that is not UTF-8 arrives with its bytes as U+DC80..U+DCFF (Python's
+    # surrogateescape) and must round-trip; any other lone surrogate is no file name.
+    if _NOT_FILE_NAME_BYTE.search(value):
+        raise ValueError("must be a file name without lone surrogates")
     return value
 
 
@@ -108,8 +133,8 @@ class Settings:
     """Every user setting. Instances are valid by construction (``__post_init__`` checks)."""
 
     # Models
-    target_path: str = option("", "Target model (GGUF). Empty: the demo pair's target.", _text)
-    draft_path: str = option("", "Draft model (GGUF). Empty: the demo pair's draft.", _text)
+    target_path: str = option("", "Target model (GGUF). Empty: the demo pair's target.", _path)
+    draft_path: str = option("", "Draft model (GGUF). Empty: the demo pair's draft.", _path)
     drafter: Literal["model", "lookup"] = option(
         "model", "Where guesses come from: a draft model, or prompt lookup (n-grams).",
         _one_of("model", "lookup"))
@@ -117,28 +142,30 @@ class Settings:
     speculation: bool = option(True, "Speculate with the drafter; off decodes with the target alone.", _flag)
     draft_max: int | Literal["auto"] = option(
         "auto", "Most tokens drafted per round ('auto' lets the engine choose).", _auto_or(_integer(*DRAFT_MAX_RANGE)))
-    draft_min: int = option(1, "Fewer drafted tokens than this: decode plainly that round.", _integer(1))
+    draft_min: int = option(1, "Fewer drafted tokens than this: decode plainly that round.",
+                            _integer(1, DRAFT_MAX_RANGE[1]))
     p_min: float = option(0.0, "Stop drafting when the draft's top probability falls below this.", _number(0.0, 1.0))
     copy_repeats: bool = option(
         True, "When the reply repeats text from the chat, copy it as the guess instead of "
         "running the draft model.", _flag)
     # Hardware
-    target_gpu_layers: int = option(-1, "Target layers offloaded to the GPU (-1: all).", _integer(-1))
-    draft_gpu_layers: int = option(-1, "Draft layers offloaded to the GPU (-1: all).", _integer(-1))
-    n_ctx: int = option(4096, "Context size in tokens.", _integer(256))
-    n_threads: int = option(0, "CPU threads (0: automatic).", _integer(0))
+    # Upper bounds as on the command line: llama.cpp keeps these in 32 bits or fewer.
+    target_gpu_layers: int = option(-1, "Target layers offloaded to the GPU (-1: all).", _integer(-1, 100_000))
+    draft_gpu_layers: int = option(-1, "Draft layers offloaded to the GPU (-1: all).", _integer(-1, 100_000))
+    n_ctx: int = option(4096, "Context size in tokens.", _integer(256, 2**24))
+    n_threads: int = option(0, "CPU threads (0: automatic).", _integer(0, 1024))
     flash_attention: Literal["auto", "on", "off"] = option(
         "auto", "Flash attention: 'auto' (off on a CPU, where it slows long prompts; "
         "llama.cpp's choice on a GPU), 'on' or 'off'.", _one_of("auto", "on", "off"))
     # Sampling
     temperature: float = option(0.8, "Sampling temperature (0: always the likeliest token).", _number(0.0))
-    top_k: int = option(40, "Sample among the k likeliest tokens (0: off).", _integer(0))
+    top_k: int = option(40, "Sample among the k likeliest tokens (0: off).", _integer(0, 2**31 - 1))
     top_p: float = option(0.95, "Sample from the smallest set whose probability reaches p (1: off).",
                           _number(0.0, 1.0, low_inclusive=False))
     min_p: float = option(0.05, "Drop tokens less likely than this fraction of the top one (0: off).",
                           _number(0.0, 1.0))
-    seed: int = option(-1, "Random seed (-1: a new one each time).", _integer())
-    max_tokens: int = option(1024, "Longest reply in tokens.", _integer(1))
+    seed: int = option(-1, "Random seed (-1: a new one each time).", _integer(-1, 2**63 - 1))
+    max_tokens: int = option(1024, "Longest reply in tokens.", _integer(1, 1_000_000))
     system_prompt: str = option("", "Instructions placed before every conversation.", _text)
     # Window
     show_colours: bool = option(True, "Colour tokens by what happened to them.", _flag)
@@ -187,12 +214,14 @@ def load_settings(path: Path | None = None) -> LoadedSettings:
     """Read the settings file. Never raises: bad content falls back to defaults with a notice."""
     path = Path(path) if path is not None else paths.settings_file()
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        document = loads_lenient(read_regular_file(path, MAX_FILE_BYTES).decode("utf-8"))
         values = _upgrade(document)
     except FileNotFoundError:
         return LoadedSettings(Settings(), None)  # first start: nothing to complain about
     except OSError as exc:
         return _start_over(path, exc.strerror or type(exc).__name__)
+    except UnreadableFile as exc:
+        return _start_over(path, str(exc))
     except UnicodeDecodeError:
         return _start_over(path, "not UTF-8 text")
     except json.JSONDecodeError as exc:
@@ -208,7 +237,7 @@ def load_settings(path: Path | None = None) -> LoadedSettings:
         try:
             accepted[spec.name] = spec.metadata["check"](values[spec.name])
         except ValueError as exc:
-            rejected.append(f"{spec.name} ({exc}, got {values[spec.name]!r})")
+            rejected.append(f"{spec.name} ({exc}, got {_shown(values[spec.name])})")
     settings = Settings(**accepted)  # unknown keys are ignored: they came from elsewhere
     if not rejected:
         return LoadedSettings(settings, None)
@@ -225,10 +254,17 @@ def save_settings(settings: Settings, path: Path | None = None) -> None:
     """Write ``settings`` atomically; raises StorageError with a one-line reason."""
     path = Path(path) if path is not None else paths.settings_file()
     document = {"version": SETTINGS_VERSION, "settings": settings.to_dict()}
+    text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
     try:
-        atomic_write_text(path, json.dumps(document, indent=2, ensure_ascii=False) + "\n")
-    except OSError as exc:
-        raise StorageError(f"Could not save settings to {path}: {exc.strerror or exc}") from exc
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A non-UTF-8 file name (surrogateescape) has no UTF-8 form: JSON's \u escapes
+        # carry it, and the file stays valid UTF-8.
+        text = json.dumps(document, indent=2, ensure_ascii=True) + "\n"
+    try:
+        atomic_write_text(path, text)
+    except (OSError, ValueError) as exc:
+        raise StorageError(f"Could not save settings to {path}: {getattr(exc, 'strerror', None) or exc}") from exc
 
 
 def _upgrade(document: Any) -> dict[str, Any]:
@@ -247,6 +283,34 @@ def _upgrade(document: Any) -> dict[str, Any]:
         values = migrate(dict(values))
         version += 1
     return values
+
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring = _SHOWN.maxother = 60
+_SHOWN.maxlevel = 3
+
+
+def _shown(value: Any) -> str:
+    """A rejected value in a notice: short, and why it was left out when it was."""
+    refused = _refusal_in(value)
+    if refused is not None:
+        return repr(refused)
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"a number of {len(str(value)):,} digits"
+    return _SHOWN.repr(value)
+
+
+def _refusal_in(value: Any) -> Refused | None:
+    stack = [value]
+    while stack:  # values from loads_lenient are at most MAX_DEPTH deep; the file is small
+        item = stack.pop()
+        if isinstance(item, Refused):
+            return item
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
 
 
 def _start_over(path: Path, reason: str) -> LoadedSettings:
