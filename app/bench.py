@@ -346,7 +346,7 @@ def format_table(report: dict) -> str:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from app.cli import TerminalProgress, load
+    from app.terminal import TerminalProgress, load
 
     categories = set(args.categories.split(",")) if args.categories else None
     prompts = read_prompts(args.prompts, args.limit, categories)

@@ -1,6 +1,7 @@
 """Open the chat window: QApplication, app icon and style, settings, qasync's event loop.
 
-Without any display to open it on (a Linux SSH session), the terminal chat starts instead.
+Without any display to open it on (a Linux SSH session), ``app.cli`` starts the
+terminal chat instead; ``has_display`` is how it tells.
 """
 
 from __future__ import annotations
@@ -39,8 +40,6 @@ def has_display() -> bool:
 
 
 def launch(args: argparse.Namespace) -> int:
-    if not has_display():
-        return _terminal_chat(args)
     from PySide6.QtWidgets import QApplication
 
     from app.bridge.async_glue import run_app
@@ -82,17 +81,3 @@ def build_failure_box(check: BuildCheck):
     copy.clicked.connect(lambda: QApplication.clipboard().setText(check.rebuild))
     box.addButton(QMessageBox.StandardButton.Close)
     return box
-
-
-def _terminal_chat(args: argparse.Namespace) -> int:
-    from app.cli import cmd_chat, ensure_llama_runs
-
-    ensure_llama_runs()
-
-    print("tandem: no display found; starting the terminal chat instead", file=sys.stderr)
-    for name, value in (("temperature", 0.8), ("top_k", 40), ("top_p", 0.95), ("min_p", 0.05),
-                        ("seed", None), ("max_tokens", 512), ("ignore_eos", False),
-                        ("no_speculation", False), ("draft_max", "auto"), ("draft_min", 1),
-                        ("p_min", 0.0), ("no_copy", False), ("system", "")):
-        setattr(args, name, getattr(args, name, value))
-    return cmd_chat(args)

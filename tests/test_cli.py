@@ -172,7 +172,7 @@ def test_llama_cpp_spellings_are_aliases_of_the_same_options():
     assert (short.gpu_layers, short.draft_gpu_layers, short.p_min, short.temperature, short.threads, short.seed) \
         == (3, 1, 0.5, 0.3, 2, 5)
     # The same names before the command, and -ngl alone still sets both models.
-    from app.cli import draft_gpu_layers
+    from app.terminal import draft_gpu_layers
 
     before = parser.parse_args(["-m", "t.gguf", "-ngl", "0", "chat"])
     assert before.target == Path("t.gguf") and draft_gpu_layers(before) == 0

@@ -9,8 +9,6 @@ arithmetic can round differently) or a real fault.
 
 from __future__ import annotations
 
-import argparse
-import sys
 from dataclasses import dataclass, field
 
 import numpy as np

@@ -1,0 +1,119 @@
+"""The terminal's own commands: ``generate``, ``check-pair`` and ``chat``.
+
+Every expected failure is a ``TandemError`` and ends as one line on stderr (``app.cli``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.prompt_files import read_jsonl, seed_field, text_field
+from app.terminal import (
+    TerminalProgress,
+    UsageError,
+    load,
+    prompt_tokens,
+    sampling_from,
+    spec_from,
+    summary_line,
+)
+
+
+@dataclass
+class PromptJob:
+    text: str
+    seed: int | None
+
+
+def _read_prompts(path: Path) -> list[PromptJob]:
+    jobs = read_jsonl(path, lambda r: PromptJob(text_field(r["prompt"]), seed_field(r.get("seed"))),
+                      error=UsageError,
+                      expected='a JSON object with a "prompt" text and an optional whole-number "seed" (-1 or more)')
+    if not jobs:
+        raise UsageError(f"{path} holds no prompts")
+    return jobs
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    jobs = _read_prompts(args.prompts) if args.prompts else [PromptJob(args.prompt, None)]
+    progress = TerminalProgress()
+    session = load(args, progress)
+    try:
+        compatibility = session.compatibility
+        if args.drafter == "model" and compatibility and not compatibility.ok and not args.no_speculation:
+            print(f"tandem: {compatibility.reason}; generating without speculation", file=sys.stderr)
+        spec = spec_from(args)
+        for job in jobs:
+            tokens = prompt_tokens(session.target, job.text, raw=args.raw, system=args.system)
+            generation = session.engine.generate(tokens, sampling_from(args, job.seed), spec, args.max_tokens)
+            if args.json:
+                events = generation.run()
+                print(json.dumps({
+                    "tokens": [{"id": e.id, "text": e.text, "kind": e.kind.value} for e in events],
+                    "text": "".join(e.text for e in events),
+                    "stats": generation.stats.to_dict(),
+                }, ensure_ascii=False), flush=True)
+            else:
+                for event in generation:
+                    sys.stdout.write(event.text)
+                    sys.stdout.flush()
+                sys.stdout.write("\n")
+                print(summary_line(generation.stats), file=sys.stderr)
+    finally:
+        session.close()
+    return 0
+
+
+def cmd_check_pair(args: argparse.Namespace) -> int:
+    """Compatible only when the tokenizers agree and both files survive a trial load in a
+    child process (remembered per file); a file llama.cpp dies on is a one-line error."""
+    from app.backends.loader import check_pair
+    from app.engine.gguf_meta import shown_name
+
+    result = check_pair(args.target_path, args.draft_path)
+    if args.json:
+        print(json.dumps({"compatible": result.ok, "rule": result.rule, "reason": result.reason}))
+    else:
+        print(result.reason if not result.ok else
+              f"Compatible: {shown_name(args.draft_path)} can draft for {shown_name(args.target_path)}.")
+    return 0 if result.ok else 1
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    """A terminal chat: each reply streams with its speculation summary."""
+    progress = TerminalProgress()
+    session = load(args, progress)
+    history: list[tuple[str, str]] = []
+    info = session.info
+    print(f"Chatting with {info.target_name}" + (f" (draft: {info.draft_name})" if info.draft_name else "")
+          + ". Empty line or Ctrl+D quits.", file=sys.stderr)
+    try:
+        while True:
+            try:
+                text = input("you> ").strip()
+            except EOFError:
+                break
+            if not text:
+                break
+            history.append(("user", text))
+            cancel = threading.Event()
+            generation = session.reply(history, sampling_from(args), spec_from(args), args.max_tokens,
+                                       system_prompt=args.system, cancel=cancel)
+            reply = []
+            try:
+                for event in generation:
+                    reply.append(event.text)
+                    sys.stdout.write(event.text)
+                    sys.stdout.flush()
+            except KeyboardInterrupt:
+                cancel.set()
+            history.append(("assistant", "".join(reply)))
+            print("\n" + summary_line(generation.stats), file=sys.stderr)
+    finally:
+        session.close()
+    return 0

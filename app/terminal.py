@@ -1,0 +1,173 @@
+"""What every terminal command shares: the model and decoding options (with llama.cpp's
+names as aliases), the progress bar, loading a ``ChatSession`` from the arguments, and
+the build check. Commands import this module, never each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from app.arg_types import draft_max_value, real, seed_value, whole
+from app.engine.types import DRAFT_MAX_RANGE, SamplingConfig, SpecConfig
+from app.errors import TandemError
+from app.logs import FILE_ONLY
+
+
+class UsageError(TandemError):
+    """Bad command-line input."""
+
+
+def add_model_arguments(parser: argparse.ArgumentParser, *, in_command: bool = True) -> None:
+    """Model options, with llama.cpp's spellings as aliases (-m, -md, -c, -ngl, -ngld, -t)."""
+    # Accepted before or after the command; a command's parser must not reset
+    # what was given before it, hence SUPPRESS there (and defaults written into the help).
+    def default(value):
+        return argparse.SUPPRESS if in_command else value
+
+    group = parser.add_argument_group("models (default: the demo pair)")
+    group.add_argument("--target", "-m", "--model", type=Path, metavar="GGUF", default=default(None),
+                       help="target GGUF, the model whose output you get (default: the demo target)")
+    group.add_argument("--draft", "-md", "--model-draft", type=Path, metavar="GGUF", default=default(None),
+                       help="draft GGUF, a small model of the same family (default: the demo draft)")
+    group.add_argument("--drafter", choices=["model", "lookup"], default=default("model"),
+                       help="draft with a model or with prompt lookup, no model (default: model)")
+    group.add_argument("--n-ctx", "-c", "--ctx-size", type=whole(16, 2**24), metavar="N", default=default(4096),
+                       help="context size in tokens (default: 4096)")
+    group.add_argument("--threads", "-t", type=whole(0, 1024), metavar="N", default=default(0),
+                       help="CPU threads (default: 0, automatic)")
+    group.add_argument("--flash-attn", choices=["auto", "on", "off"], default=default("auto"),
+                       help="flash attention (default: auto, off on a CPU where it slows long prompts)")
+    group.add_argument("--gpu-layers", "-ngl", "--n-gpu-layers", type=whole(-1, 100_000), metavar="N", default=default(-1),
+                       help="target layers offloaded to the GPU (default: -1, all)")
+    group.add_argument("--draft-gpu-layers", "-ngld", "--n-gpu-layers-draft", type=whole(-1, 100_000), metavar="N",
+                       default=default(None), help="draft layers offloaded to the GPU (default: as --gpu-layers)")
+
+
+def add_sampling_arguments(parser: argparse.ArgumentParser, *, default_draft_max: str = "5") -> None:
+    low, high = DRAFT_MAX_RANGE
+    group = parser.add_argument_group("decoding")
+    group.add_argument("--no-speculation", action="store_true", help="decode plainly with the target")
+    group.add_argument("--draft-max", type=draft_max_value, default=draft_max_value(default_draft_max), metavar="N|auto",
+                       help=f"most tokens drafted per round, {low}-{high} or 'auto' (default: %(default)s)")
+    group.add_argument("--draft-min", type=whole(1, high), metavar="N", default=1,
+                       help="fewer proposals than this: a plain step instead (default: %(default)s)")
+    group.add_argument("--p-min", "--draft-p-min", type=real(0.0, 1.0), metavar="P", default=0.0,
+                       help="stop drafting below this draft probability (default: %(default)s)")
+    group.add_argument("--no-copy", action="store_true",
+                       help="always run the draft model, even where the reply repeats earlier text")
+    group.add_argument("--temperature", "--temp", type=real(0.0, 100.0), metavar="T", default=0.0,
+                       help="sampling temperature, 0 = greedy (default: %(default)s)")
+    group.add_argument("--top-k", type=whole(0), metavar="K", default=0, help="keep the k likeliest tokens, 0 = all (default: %(default)s)")
+    group.add_argument("--top-p", type=real(0.0, 1.0, low_open=True), metavar="P", default=1.0,
+                       help="nucleus sampling mass, 1 = off (default: %(default)s)")
+    group.add_argument("--min-p", type=real(0.0, 1.0), metavar="P", default=0.0,
+                       help="drop tokens below this share of the likeliest, 0 = off (default: %(default)s)")
+    group.add_argument("--seed", "-s", type=seed_value, metavar="N", default=None,
+                       help="random seed for sampling, -1 = a new one each run (default: -1)")
+    group.add_argument("--max-tokens", "-n", "--n-predict", type=whole(1, 1_000_000), metavar="N", default=256,
+                       help="most tokens in a reply (default: %(default)s)")
+    group.add_argument("--ignore-eos", action="store_true", help="never stop at end-of-sequence")
+
+
+def sampling_from(args: argparse.Namespace, seed: int | None = None) -> SamplingConfig:
+    return SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                          min_p=args.min_p, seed=args.seed if seed is None else seed,
+                          ignore_eos=args.ignore_eos)
+
+
+def spec_from(args: argparse.Namespace) -> SpecConfig:
+    from app.session.config import speculation
+
+    return speculation(not args.no_speculation, args.draft_max, args.draft_min, args.p_min, copy=not args.no_copy)
+
+
+class TerminalProgress:
+    """A one-line progress bar on stderr (only when stderr is a terminal, or always if forced)."""
+
+    def __init__(self, stream=sys.stderr) -> None:
+        self.stream = stream
+        self.live = stream.isatty()
+        self._last = ""
+
+    def __call__(self, stage: str, done: float, total: float = 1.0) -> None:
+        if not self.live:
+            # Logs and pipes get one line per stage, not a redrawn bar.
+            if stage != self._last:
+                self.stream.write(f"{stage} ...\n")
+                self._last = stage
+            return
+        if total:
+            fraction = min(1.0, done / total)
+            bar = "#" * int(fraction * 30)
+            size = f" {done / 1e6:.1f}/{total / 1e6:.1f} MB" if total > 1 else ""
+            line = f"{stage:<36} [{bar:<30}] {fraction * 100:3.0f}%{size}"
+        else:
+            line = f"{stage} ..."
+        self.stream.write("\r" + line.ljust(len(self._last)))
+        self.stream.flush()
+        self._last = line
+
+    def done(self) -> None:
+        if self.live and self._last:
+            self.stream.write("\n")
+        self._last = ""
+
+
+def model_spec(args: argparse.Namespace):
+    """The models the command line asks for (the demo pair without a target)."""
+    from app.session.config import ModelSpec
+
+    return ModelSpec(target_path=str(args.target) if args.target else "",
+                     draft_path=str(args.draft) if args.draft else "", drafter=args.drafter, n_ctx=args.n_ctx,
+                     target_gpu_layers=args.gpu_layers, draft_gpu_layers=draft_gpu_layers(args),
+                     n_threads=args.threads, flash_attention=args.flash_attn)
+
+
+def draft_gpu_layers(args: argparse.Namespace) -> int:
+    chosen = getattr(args, "draft_gpu_layers", None)
+    return args.gpu_layers if chosen is None else chosen
+
+
+def load(args: argparse.Namespace, progress: TerminalProgress | None = None):
+    """A ``ChatSession`` on the command line's models, with a progress bar on stderr."""
+    from app.session.loading import load_session
+
+    try:
+        return load_session(model_spec(args), progress)
+    finally:
+        if progress:
+            progress.done()
+
+
+def prompt_tokens(target, text: str, *, raw: bool, system: str = "") -> list[int]:
+    from app.engine.chat import build_messages, chat_tokens
+
+    if raw:
+        return target.tokenize(text, add_special=True, parse_special=True)
+    return chat_tokens(target, build_messages([("user", text)], system))
+
+
+def summary_line(stats) -> str:
+    line = f"[{stats.tokens} tokens, {stats.tokens_per_second:.1f} tok/s"
+    if stats.speculative:
+        line += (f", acceptance {stats.acceptance:.2f}, {stats.tokens_per_round:.2f} tokens/round")
+    elif stats.note:
+        line += f", plain: {stats.note}"
+    if stats.left_out:
+        from app.engine.chat import left_out_text
+
+        line += f", {left_out_text(stats.left_out)}"
+    return line + "]"
+
+
+def ensure_llama_runs() -> None:
+    """Refuse, in one line with the rebuild command, a llama.cpp build that dies here."""
+    from app.backends.build_check import check_llama_build
+
+    check = check_llama_build()
+    if not check.ok:
+        logging.getLogger("tandem").error("%s Rebuild: %s", check.message, check.rebuild, extra=FILE_ONLY)
+    check.raise_if_broken()
