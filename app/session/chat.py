@@ -6,7 +6,7 @@ import threading
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
-from app.engine.chat import conversation_tokens
+from app.engine.chat import conversation_prompt, stop_renders_on
 from app.engine.speculative import Generation
 from app.engine.types import SamplingConfig, SpecConfig
 
@@ -29,6 +29,7 @@ class LoadInfo:
 class ChatPrompt(NamedTuple):
     tokens: list[int]
     left_out: int = 0  # earliest messages left out so the conversation fits the context
+    notice: str = ""   # one line when the model's chat template failed and ChatML stood in
 
 
 class ChatSession:
@@ -47,19 +48,31 @@ class ChatSession:
     def compatibility(self):
         return self.pair.compatibility
 
-    def prompt(self, history: Sequence[tuple[str, str]], system_prompt: str, max_tokens: int) -> ChatPrompt:
-        """The conversation as tokens, with room left for a reply of ``max_tokens``."""
-        return ChatPrompt(*conversation_tokens(self.target, history, system_prompt, max_tokens))
+    def prompt(self, history: Sequence[tuple[str, str]], system_prompt: str, max_tokens: int,
+               cancel: threading.Event | None = None) -> ChatPrompt:
+        """The conversation as tokens, with room left for a reply of ``max_tokens``.
+
+        The model's chat template runs here, bounded; setting ``cancel`` ends a render
+        (``RenderStopped``), so Stop and quit work while a hostile template renders."""
+        with stop_renders_on(cancel):
+            return ChatPrompt(*conversation_prompt(self.target, history, system_prompt, max_tokens))
 
     def reply(self, history: Sequence[tuple[str, str]], sampling: SamplingConfig, spec: SpecConfig,
               max_tokens: int, *, system_prompt: str = "", cancel: threading.Event | None = None) -> Generation:
         """One reply to ``history`` (ending with the user's turn), as a stream of token events.
 
         Iterate it for ``TokenEvent``s; its ``stats`` grow as it runs and say, at the end,
-        how many early messages were left out to fit the context."""
-        prompt = self.prompt(history, system_prompt, max_tokens)
+        how many early messages were left out to fit the context and whether the model's
+        template failed (ChatML stood in)."""
+        prompt = self.prompt(history, system_prompt, max_tokens, cancel)
+        return self.generate(prompt, sampling, spec, max_tokens, cancel)
+
+    def generate(self, prompt: ChatPrompt, sampling: SamplingConfig, spec: SpecConfig, max_tokens: int,
+                 cancel: threading.Event | None = None) -> Generation:
+        """A reply to an already built prompt, its figures carrying what the prompt said."""
         generation = self.engine.generate(prompt.tokens, sampling, spec, max_tokens, cancel)
         generation.stats.left_out = prompt.left_out
+        generation.stats.prompt_notice = prompt.notice
         return generation
 
     def self_test(self, gpu_name: str | None = None):
