@@ -32,7 +32,7 @@ import numpy as np
 from app.arg_types import regular_file, whole
 from app.errors import TandemError
 from app.prompt_files import read_jsonl, text_field
-from app.engine.adaptive import DraftLengthPolicy
+from app.engine.draft_policy import draft_policy
 from app.engine.types import COPY_MIN, SamplingConfig, SpecConfig, Stats
 
 NO_COPY = " nocopy"  # the label suffix of a setting run without copying repeats (--copy both)
@@ -220,31 +220,26 @@ def measure(engine, target, prompts: list[BenchPrompt], settings: dict[str, Spec
     greedy = SamplingConfig(temperature=0.0)
     modes: list[str] = ["plain", *settings]
     specs = {"plain": SpecConfig(enabled=False), **settings}
-    # One cost model per setting, so one setting's measurements (or auto's choices)
-    # do not colour another's.
-    policies = {mode: DraftLengthPolicy() for mode in modes}
+    # One policy per setting, so one auto setting's measurements (and choices) do not
+    # colour another's, nor the engine's own.
+    policies = {mode: draft_policy(spec) for mode, spec in specs.items()}
     total = len(prompts) * len(modes) * repeat
     done = 0
-    saved_policy = engine.policy
     picked: list[dict[str, Stats]] = []
-    try:
-        for index, prompt in enumerate(prompts):
-            tokens = chat_tokens(target, build_messages([("user", prompt.text)]))
-            runs: dict[str, list[Stats]] = defaultdict(list)
-            for attempt in range(repeat):
-                shift = (index * repeat + attempt) % len(modes)
-                for mode in modes[shift:] + modes[:shift]:
-                    engine.policy = policies[mode]
-                    generation = engine.generate(tokens, greedy, specs[mode], max_tokens)
-                    generation.run()
-                    runs[mode].append(generation.stats)
-                    done += 1
-                    if progress:
-                        name = "plain" if mode == "plain" else "draft_max=" + mode
-                        progress(f"bench {index + 1}/{len(prompts)} {name}", done, total)
-            picked.append({mode: middle_run(stats) for mode, stats in runs.items()})
-    finally:
-        engine.policy = saved_policy
+    for index, prompt in enumerate(prompts):
+        tokens = chat_tokens(target, build_messages([("user", prompt.text)]))
+        runs: dict[str, list[Stats]] = defaultdict(list)
+        for attempt in range(repeat):
+            shift = (index * repeat + attempt) % len(modes)
+            for mode in modes[shift:] + modes[:shift]:
+                generation = engine.generate(tokens, greedy, specs[mode], max_tokens, policy=policies[mode])
+                generation.run()
+                runs[mode].append(generation.stats)
+                done += 1
+                if progress:
+                    name = "plain" if mode == "plain" else "draft_max=" + mode
+                    progress(f"bench {index + 1}/{len(prompts)} {name}", done, total)
+        picked.append({mode: middle_run(stats) for mode, stats in runs.items()})
     return picked
 
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from app.bench import BenchPrompt, Resampled, bench_specs, ideal_speedup, middle_run, read_prompts, summarize
@@ -141,3 +142,36 @@ def test_bench_refuses_zero_runs(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip() == ("tandem: error: argument --repeat: 0 is out of range (at least 1) "
                                      "(see tandem bench --help)")
+
+
+def test_each_setting_keeps_its_own_policy():
+    """measure hands every setting its own policy (auto's measurements from one setting
+    must not steer another), the same one on every prompt and run."""
+    from app.bench import measure
+    from app.engine.draft_policy import AutoDraftLength, FixedDraftLength
+    from app.engine.types import SpecConfig
+
+    sys.path.insert(0, str(ROOT / "tests" / "engine"))
+    from markov_backend import MarkovBackend
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.handed: list[tuple[str, object]] = []
+
+        def generate(self, tokens, sampling, spec, max_tokens, *, policy):
+            self.handed.append((spec, policy))
+            return type("Run", (), {"run": lambda self: [], "stats": Stats(tokens=1, seconds=1.0)})()
+
+    engine = Recorder()
+    settings = {"auto": SpecConfig(draft_max="auto", copy_min=COPY_MIN), "auto nocopy": SpecConfig(draft_max="auto"),
+                "4": SpecConfig(draft_max=4)}
+    prompts = [BenchPrompt("a", "one"), BenchPrompt("b", "two")]
+    measure(engine, MarkovBackend(np.zeros((256, 256)), n_ctx=4096), prompts, settings, 8, repeat=2)
+    by_spec: dict[int, set[int]] = {}  # by identity: the two auto settings differ only in copying
+    for spec, policy in engine.handed:
+        by_spec.setdefault(id(spec), set()).add(id(policy))
+    assert all(len(ids) == 1 for ids in by_spec.values())   # one policy per setting, all along
+    assert len(set().union(*by_spec.values())) == len(by_spec) == 4  # plain and three settings
+    policies = {id(spec): policy for spec, policy in engine.handed}
+    assert isinstance(policies[id(settings["auto"])], AutoDraftLength)
+    assert isinstance(policies[id(settings["4"])], FixedDraftLength) and policies[id(settings["4"])].length == 4

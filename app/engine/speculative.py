@@ -28,9 +28,9 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from app.engine.adaptive import DraftLengthPolicy
 from app.engine.backend import ModelBackend
 from app.engine.detokenize import StreamingDetokenizer, token_display_text
+from app.engine.draft_policy import AutoDraftLength, DraftPolicy, FixedDraftLength
 from app.engine.drafters import Draft, Drafter, LookupDrafter, common_prefix
 from app.engine.errors import ContextOverflowError
 from app.engine.sampling import greedy_accept, rejection_accept, sample, warp
@@ -58,12 +58,15 @@ class SpeculativeEngine:
         self.target = target
         self.drafter = drafter
         self.note = note  # why there is no drafter, when there is none
-        self.policy = DraftLengthPolicy()
+        # Auto's measurements of this pair, kept from reply to reply.
+        self._auto = AutoDraftLength()
         self._copier: LookupDrafter | None = None  # for SpecConfig.copy_min, made on first use
 
     def generate(self, prompt: Sequence[int], sampling: SamplingConfig = SamplingConfig(),
                  spec: SpecConfig = SpecConfig(), max_tokens: int = 256,
-                 cancel: threading.Event | None = None) -> Generation:
+                 cancel: threading.Event | None = None, policy: DraftPolicy | None = None) -> Generation:
+        """Generate up to ``max_tokens`` after ``prompt``; ``policy`` decides each round's
+        draft length (by default the one ``spec.draft_max`` names, see ``policy_for``)."""
         if not prompt:
             raise ContextOverflowError("The prompt is empty.")
         if len(prompt) >= self.target.n_ctx:
@@ -73,12 +76,18 @@ class SpeculativeEngine:
         speculate = spec.enabled and self.drafter is not None
         stats = Stats(prompt_tokens=len(prompt), speculative=speculate,
                       note="" if speculate else (self.note or "speculation is off"))
-        events = self._run(list(prompt), sampling, spec if speculate else None, max_tokens,
+        events = self._run(list(prompt), sampling, spec if speculate else None,
+                           self.policy_for(spec) if policy is None else policy, max_tokens,
                            cancel or threading.Event(), stats)
         return Generation(events, stats)
 
+    def policy_for(self, spec: SpecConfig) -> DraftPolicy:
+        """The policy ``spec.draft_max`` names: that fixed length, or this engine's auto
+        policy, which keeps what it measured of the pair from one reply to the next."""
+        return self._auto if spec.draft_max == "auto" else FixedDraftLength(int(spec.draft_max))
+
     def _run(self, committed: list[int], sampling: SamplingConfig, spec: SpecConfig | None,
-             max_tokens: int, cancel: threading.Event, stats: Stats) -> Iterator[TokenEvent]:
+             policy: DraftPolicy, max_tokens: int, cancel: threading.Event, stats: Stats) -> Iterator[TokenEvent]:
         target = self.target
         rng = np.random.default_rng(sampling.seed)
         masked = np.array(sorted(target.eog_ids), dtype=np.int64) if sampling.ignore_eos else None
@@ -104,14 +113,14 @@ class SpeculativeEngine:
                 round_started = time.perf_counter()
                 draft, copied = Draft(), False
                 if spec is not None:
-                    k = self.policy.draft_length(spec, room - 1)
-                    if k >= spec.draft_min:
-                        draft = self._copy(committed, k, sampling, rng, spec.copy_min)
+                    plan = policy.plan_round(room - 1)
+                    if plan.length >= spec.draft_min:
+                        draft = self._copy(committed, plan.length, sampling, rng, spec.copy_min)
                         copied = len(draft) > 0
                         if not copied:
-                            draft = self.drafter.propose(committed, k, sampling, rng, self.policy.p_min(spec),
-                                                         self.policy.draft_cut(spec))
-                            self.policy.observe_draft(draft.step_seconds)
+                            draft = self.drafter.propose(committed, plan.length, sampling, rng,
+                                                         max(spec.p_min, plan.p_min), plan.go_on)
+                            policy.observe_draft(draft.step_seconds)
                         if len(draft) < spec.draft_min:
                             draft, copied = Draft(), False
 
@@ -121,7 +130,7 @@ class SpeculativeEngine:
                 rows = target.evaluate(batch, range(len(batch)))
                 elapsed = time.perf_counter() - t
                 stats.target_seconds += elapsed
-                self.policy.observe_verify(len(batch), elapsed)
+                policy.observe_verify(len(batch), elapsed)
                 if masked is not None:
                     rows[:, masked] = -np.inf
 
@@ -147,10 +156,9 @@ class SpeculativeEngine:
                     stats.copied += len(draft)
                     stats.copied_accepted += n_accepted
                 else:
-                    self.policy.observe_round(len(draft), n_accepted)
-                    self._observe_confidence(draft, n_accepted, token, sampling)
+                    policy.observe_round(draft, n_accepted, token, sampling.greedy)
                     if draft.tokens:
-                        self.policy.observe_overhead(time.perf_counter() - round_started - elapsed
+                        policy.observe_overhead(time.perf_counter() - round_started - elapsed
                                                      - sum(draft.step_seconds) - draft.catchup_seconds)
 
                 for event in self._events(draft, n_accepted, token, detok):
@@ -186,16 +194,6 @@ class SpeculativeEngine:
         stats.prompt_eval_tokens = len(rest) + 1
         if self.drafter is not None:
             self.drafter.prepare(committed)
-
-    def _observe_confidence(self, draft: Draft, n_accepted: int, token: int,
-                            sampling: SamplingConfig) -> None:
-        """Teach the policy how often drafts of each confidence are accepted."""
-        for i, prob in enumerate(draft.probs[:n_accepted + 1]):
-            self.policy.observe_confidence(prob, i < n_accepted)
-        if draft.dropped and n_accepted == len(draft) and sampling.greedy:
-            # The target's own next token is exactly the one that would have judged it.
-            dropped, prob = draft.dropped
-            self.policy.observe_confidence(prob, token == dropped)
 
     def _accept(self, draft: Draft, rows: np.ndarray, sampling: SamplingConfig,
                 rng: np.random.Generator) -> tuple[int, int]:

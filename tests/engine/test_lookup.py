@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 
-from app.engine.adaptive import DraftLengthPolicy
+from app.engine.draft_policy import AutoDraftLength, RoundPlan
 from app.engine.drafters import LookupDrafter, ModelDrafter
 from app.engine.speculative import SpeculativeEngine
 from app.engine.types import SamplingConfig, SpecConfig
@@ -65,19 +65,28 @@ def test_a_copy_ends_before_an_end_of_turn():
     assert _propose(drafter, [5, 6, 7, end, 1, 2, 3, 5, 6], n_max=5) == [7]
 
 
-class Recording(DraftLengthPolicy):
-    def __init__(self) -> None:
+class Recording(AutoDraftLength):
+    """Drafts a fixed length, and counts what it is taught."""
+
+    def __init__(self, length: int) -> None:
         super().__init__()
+        self.length = length
         self.drafted_seen = 0
         self.confidences_seen = 0
+        learn = self.confidence.observe
 
-    def observe_round(self, drafted: int, accepted: int) -> None:
-        self.drafted_seen += drafted
-        super().observe_round(drafted, accepted)
+        def counted(prob: float, accepted: bool) -> None:
+            self.confidences_seen += 1
+            learn(prob, accepted)
 
-    def observe_confidence(self, prob: float, accepted: bool) -> None:
-        self.confidences_seen += 1
-        super().observe_confidence(prob, accepted)
+        self.confidence.observe = counted
+
+    def plan_round(self, limit: int) -> RoundPlan:
+        return RoundPlan(max(0, min(self.length, limit)))
+
+    def observe_round(self, draft, n_accepted, token, greedy) -> None:
+        self.drafted_seen += len(draft)
+        super().observe_round(draft, n_accepted, token, greedy)
 
 
 def _engine(seed: int):
@@ -90,10 +99,11 @@ def _engine(seed: int):
 
 def test_copies_are_verified_like_drafts_but_teach_the_policy_nothing():
     engine = _engine(5)
-    policy = engine.policy = Recording()
+    policy = Recording(4)
     prompt = [0, 1, 2, 3]
     plain = [e.id for e in engine.generate(prompt, GREEDY, SpecConfig(enabled=False), max_tokens=60)]
-    generation = engine.generate(prompt, GREEDY, SpecConfig(draft_max=4, copy_min=3), max_tokens=60)
+    generation = engine.generate(prompt, GREEDY, SpecConfig(draft_max=4, copy_min=3), max_tokens=60,
+                                 policy=policy)
     assert [e.id for e in generation] == plain
     stats = generation.stats
     assert stats.copied > 0 and 0 < stats.copied_accepted <= stats.copied

@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 
 from app.engine import drafters, speculative
-from app.engine.adaptive import DraftLengthPolicy
-from app.engine.drafters import ModelDrafter
+from app.engine.draft_policy import AutoDraftLength
+from app.engine.drafters import Draft, ModelDrafter
 from app.engine.speculative import SpeculativeEngine
 from app.engine.types import SamplingConfig, SpecConfig
 
@@ -48,14 +48,13 @@ def _draft_step_cost(round_index: int) -> float:
 def policy_trace(rounds: int = 720) -> list[list]:
     """Per round: [length asked for, p_min, drafted, accepted, cut after]."""
     rng = random.Random(1234)  # Mersenne Twister: the same draws on every platform
-    policy = DraftLengthPolicy()
+    policy = AutoDraftLength()
     trace = []
     for r in range(rounds):
         limit = 20 if r < 680 else 700 - r  # the context filling up at the end
         step = _draft_step_cost(r)
-        k = policy.draft_length(AUTO, limit)
-        p_min = policy.p_min(AUTO)
-        go_on = policy.draft_cut(AUTO)
+        plan = policy.plan_round(limit)
+        k, p_min, go_on = plan.length, plan.p_min, plan.go_on
         tokens: list[float] = []
         dropped = None
         for _ in range(k):
@@ -75,11 +74,11 @@ def policy_trace(rounds: int = 720) -> list[list]:
         if tokens:
             policy.observe_draft([1.5 * step * stall] + [step * stall] * (len(tokens) - 1))
         policy.observe_verify(len(tokens) + 1, (0.02 + 0.002 * (len(tokens) + 1)) * stall)
-        policy.observe_round(len(tokens), accepted)
-        for i, prob in enumerate(tokens[:accepted + 1]):
-            policy.observe_confidence(prob, i < accepted)
-        if dropped is not None and accepted == len(tokens):
-            policy.observe_confidence(dropped, rng.random() < dropped)
+        # Greedy: the target's next token judges a dropped draft token (right: token 7).
+        right = dropped is not None and accepted == len(tokens) and rng.random() < dropped
+        draft = Draft(tokens=list(range(len(tokens))), probs=tokens,
+                      dropped=None if dropped is None else (7, dropped))
+        policy.observe_round(draft, accepted, 7 if right else 8, greedy=True)
         if tokens:
             policy.observe_overhead(0.001 * stall)
         trace.append([k, p_min, len(tokens), accepted, go_on is not None])

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from scipy import stats as scistats
 
-from app.engine.adaptive import DraftLengthPolicy
 from app.engine.chat import build_messages, chat_tokens
+from app.engine.draft_policy import FixedDraftLength, RoundPlan
 from app.engine.drafters import ModelDrafter
 from app.engine.errors import ContextOverflowError
 from app.engine.speculative import SpeculativeEngine
@@ -27,12 +27,12 @@ def _softmax(x):
     return e / e.sum(axis=-1, keepdims=True)
 
 
-class CutWhenUnsure(DraftLengthPolicy):
+class CutWhenUnsure(FixedDraftLength):
     """Ends every draft after a token the drafter gave under 0.4: where a draft ends
     then depends on what was drawn, the case a stopping rule could bias."""
 
-    def draft_cut(self, spec):
-        return lambda prob: prob >= 0.4
+    def plan_round(self, limit):
+        return RoundPlan(super().plan_round(limit).length, go_on=lambda prob: prob >= 0.4)
 
 
 @pytest.mark.parametrize("cut, copy_min", [(False, 0), (True, 0), (False, 1)],
@@ -45,8 +45,7 @@ def test_joint_distribution_through_the_whole_loop(cut, copy_min):
     draft_logits = target_logits + rng.normal(0, 1.0, (vocab, vocab))  # a decent, imperfect draft
     target, draft = MarkovBackend(target_logits), MarkovBackend(draft_logits)
     engine = SpeculativeEngine(target, ModelDrafter(draft, vocab))
-    if cut:
-        engine.policy = CutWhenUnsure()
+    policy = CutWhenUnsure(3) if cut else None  # None: the engine's own, for draft_max=3
     n = 20_000
     counts: Counter[tuple[int, ...]] = Counter()
     drafted = accepted = copied = 0
@@ -55,7 +54,7 @@ def test_joint_distribution_through_the_whole_loop(cut, copy_min):
     prompt = [3, 4, 1, 2, 0, 1] if copy_min else [0, 1]
     for seed in range(n):
         generation = engine.generate(prompt, SamplingConfig(temperature=1.0, seed=seed),
-                                     SpecConfig(draft_max=3, copy_min=copy_min), max_tokens=3)
+                                     SpecConfig(draft_max=3, copy_min=copy_min), max_tokens=3, policy=policy)
         counts[tuple(e.id for e in generation)] += 1
         drafted += generation.stats.drafted
         accepted += generation.stats.accepted

@@ -1,0 +1,234 @@
+"""How many tokens each round drafts: a fixed length, or ``auto``.
+
+The policy is chosen once, from ``SpecConfig.draft_max`` (``draft_policy``), and
+handed to ``SpeculativeEngine.generate``. Each round the loop asks it for a plan
+(``plan_round``: this advances auto's state, so ask once per round) and then
+tells it what the round cost and which drafts the target kept (``observe_*``).
+
+Auto: with per-position acceptance a_i (``acceptance.py``), a round that drafts
+k tokens emits E(k) = 1 + a_1 + a_1 a_2 + ... + a_1 ... a_k tokens, at the cost
+``draft_costs.py`` measures. Auto drafts the k that maximises tokens per second
+(the shortest of those within 1% of it), or nothing when no k beats plain
+decoding, then probes again now and then in case the text became predictable.
+
+Within a round the draft's own confidence decides where it ends (``RoundPlan.go_on``):
+a draft stops once the chance that all of it is accepted no longer pays for
+another draft step. A run of sure tokens then drafts further than an average
+draft would be worth; an unsure token ends the draft where a rejection is likely.
+Drafts below the learned ``p_min`` are not proposed at all.
+
+Costs are noisy, so speculation is switched off only after the model has said
+"plain is faster" several rounds in a row; switching it back on is immediate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, NamedTuple, Protocol, Sequence
+
+from app.engine.acceptance import CONFIDENCE_BANDS, ConfidenceAcceptance, PositionAcceptance, band_of
+from app.engine.draft_costs import RoundCosts
+from app.engine.drafters import Draft
+from app.engine.types import SpecConfig
+
+AUTO_MAX = 12          # longest draft auto will try
+PROBE_EVERY = 16       # plain rounds between probes once speculation stopped paying
+EXPLORE_EVERY = 8      # every so often draft one token more or less, to measure other batch sizes
+WARMUP_ROUNDS = 8      # speculate at least this long before judging that it does not pay
+OFF_AFTER = 4          # consecutive "plain is faster" verdicts before speculation stops
+_FIRST_LENGTH = 4      # what to draft before anything is measured, and when probing
+_PLATEAU = 0.01        # lengths within this fraction of the best expected speed count as equally good
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """What one round drafts: at most ``length`` tokens (0: a plain step), none under
+    ``p_min``, and, after each drafted token, ``go_on(its probability)`` false ends
+    the draft (None: no cut). Both look only at the draft's own probabilities, so
+    where a draft ends never biases what the target accepts."""
+
+    length: int
+    p_min: float = 0.0
+    go_on: Callable[[float], bool] | None = None
+
+
+class DraftPolicy(Protocol):
+    def plan_round(self, limit: int) -> RoundPlan:
+        """The next round's plan, at most ``limit`` tokens long. May advance the
+        policy's state: call it once per round."""
+
+    def observe_draft(self, step_seconds: Sequence[float]) -> None:
+        """The seconds of each step of a draft the draft model made."""
+
+    def observe_verify(self, batch: int, seconds: float) -> None:
+        """The seconds the target took to verify ``batch`` tokens (plain steps too)."""
+
+    def observe_round(self, draft: Draft, n_accepted: int, token: int, greedy: bool) -> None:
+        """A model draft the target judged: it kept ``n_accepted`` and wrote ``token`` next."""
+
+    def observe_overhead(self, seconds: float) -> None:
+        """What a drafting round cost beyond its draft steps and its verification."""
+
+
+class FixedDraftLength:
+    """Always ``length`` tokens (or what room is left); measures nothing."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def plan_round(self, limit: int) -> RoundPlan:
+        return RoundPlan(max(0, min(self.length, limit)))
+
+    def observe_draft(self, step_seconds: Sequence[float]) -> None:
+        pass
+
+    def observe_verify(self, batch: int, seconds: float) -> None:
+        pass
+
+    def observe_round(self, draft: Draft, n_accepted: int, token: int, greedy: bool) -> None:
+        pass
+
+    def observe_overhead(self, seconds: float) -> None:
+        pass
+
+
+class BestDraft(NamedTuple):
+    length: int                 # the most tokens worth drafting; 0 when plain decoding is faster
+    reach_floor: float | None   # see AutoDraftLength._go_on; None: no cut yet
+
+
+class AutoDraftLength:
+    """Measures costs and acceptance as it runs, and drafts what they say pays."""
+
+    def __init__(self) -> None:
+        self.costs = RoundCosts()
+        self.positions = PositionAcceptance(AUTO_MAX)
+        self.confidence = ConfidenceAcceptance()
+        # The on/off/probe state machine.
+        self._rounds = 0
+        self._since_probe = 0
+        self._plain_votes = 0                          # consecutive rounds the model preferred plain
+        self._off = False
+        self._last_length = _FIRST_LENGTH              # the last k worth drafting, for probes
+
+    def plan_round(self, limit: int) -> RoundPlan:
+        """This round's plan; counts the round, votes on plain vs speculative and probes."""
+        self._rounds += 1
+        k, floor = self.best_draft()
+        if k:
+            self._plain_votes, self._off = 0, False
+            self._last_length = k
+        elif self.positions.rounds_judged >= WARMUP_ROUNDS:
+            self._plain_votes += 1
+            self._off = self._plain_votes >= OFF_AFTER
+        if self._off:
+            self._since_probe += 1
+            if self._since_probe < PROBE_EVERY:
+                return self._plan(0, floor)
+            self._since_probe = 0
+            k = self._last_length
+        elif k == 0:
+            k = self._last_length  # not convinced yet: keep drafting
+        elif self._rounds % EXPLORE_EVERY == 0:
+            k += 1 if (self._rounds // EXPLORE_EVERY) % 2 else -1
+        return self._plan(max(0, min(k, limit)), floor)
+
+    def _plan(self, length: int, reach_floor: float | None) -> RoundPlan:
+        return RoundPlan(length, self.p_min, None if reach_floor is None else self._go_on(reach_floor))
+
+    @property
+    def p_min(self) -> float:
+        """The draft probability under which a draft ends, learned: the top of the
+        highest confidence band whose drafts the target rejects more often than it
+        accepts (0: none). (A draft model that is a quantised copy of its target is
+        right even about most of its unsure guesses, and cutting there would only
+        cost rounds.) Bands start out trusted, and drafts cut at a band still teach
+        it (greedy: the target's next token is the one that would have judged the
+        cut draft)."""
+        failing = [edge for edge, acceptance in zip(CONFIDENCE_BANDS, self.confidence.rates) if acceptance < 0.5]
+        return max(failing, default=0.0)
+
+    def _go_on(self, floor: float) -> Callable[[float], bool]:
+        """What the drafter asks after each token it drafts: go on?
+
+        It multiplies the acceptance of each drafted token's confidence band into the
+        chance that the whole draft so far is accepted, and says stop once that falls
+        under ``floor`` (from ``best_draft``): below it, the next token's expected
+        yield no longer pays for its draft step and its place in the verification."""
+        accept = self.confidence.rates
+        reach = 1.0
+
+        def go_on(prob: float) -> bool:
+            nonlocal reach
+            reach *= accept[band_of(prob)]
+            return reach >= floor
+
+        return go_on
+
+    def best_draft(self) -> BestDraft:
+        """What the estimates favour now (reads them, changes nothing).
+
+        The length model first: per-position acceptance gives the expected speed of
+        drafting k. Near its peak that speed is flat over several k (tokens per round
+        are concave in k, a round's cost linear), so the single best k is decided by
+        estimation noise; of the lengths within ``_PLATEAU`` of the best, the shortest
+        is taken (deep positions are the least certain part of the estimate).
+
+        That k is what an average draft is worth. A draft whose every token is sure is
+        worth more, so it may go on as far as a run of the top confidence band's
+        acceptance pays (the ceiling), because ``go_on`` ends it early once a token
+        is worth less than it costs: a token accepted with chance R yields R tokens
+        and costs one more draft step and verified token (s seconds), which pays while
+        R / s is at least the best expected speed. The floor on R is best speed x s."""
+        costs = self.costs.by_length(AUTO_MAX)
+        if costs is None:
+            return BestDraft(_FIRST_LENGTH, None)  # nothing measured yet
+        rates = _expected_rates(self.positions.rates, costs)
+        if self.positions.rounds_judged < WARMUP_ROUNDS:
+            rates[0] = 0.0  # too few rounds to conclude that plain decoding is faster
+        best = max(rates)
+        if rates[0] == best:
+            return BestDraft(0, None)
+        length = next(k for k in range(1, len(rates)) if rates[k] >= best * (1 - _PLATEAU))
+        sure = _expected_rates([self.confidence.rates[-1]] * AUTO_MAX, costs)
+        ceiling = sure.index(max(sure[1:]))
+        one_more_token = costs[2] - costs[1]  # a draft step and one more verified token
+        return BestDraft(max(length, ceiling), best * one_more_token)
+
+    # -- learning -----------------------------------------------------------
+    def observe_draft(self, step_seconds: Sequence[float]) -> None:
+        self.costs.observe_draft(step_seconds)
+
+    def observe_verify(self, batch: int, seconds: float) -> None:
+        self.costs.observe_verify(batch, seconds)
+
+    def observe_overhead(self, seconds: float) -> None:
+        self.costs.observe_overhead(seconds)
+
+    def observe_round(self, draft: Draft, n_accepted: int, token: int, greedy: bool) -> None:
+        self.positions.observe(len(draft), n_accepted)
+        # How often drafts of each confidence are accepted: every judged token ...
+        for i, prob in enumerate(draft.probs[:n_accepted + 1]):
+            self.confidence.observe(prob, i < n_accepted)
+        if draft.dropped and n_accepted == len(draft) and greedy:
+            # ... and the one p_min cut off, which the target's next token judges
+            # exactly as it would have judged the draft.
+            dropped, prob = draft.dropped
+            self.confidence.observe(prob, token == dropped)
+
+
+def draft_policy(spec: SpecConfig) -> DraftPolicy:
+    """A fresh policy for ``spec.draft_max``: a fixed length, or auto."""
+    return AutoDraftLength() if spec.draft_max == "auto" else FixedDraftLength(int(spec.draft_max))
+
+
+def _expected_rates(accept: Sequence[float], costs: Sequence[float]) -> list[float]:
+    """Expected tokens per second drafting k = 0 .. len(accept) tokens (0: a plain step),
+    for per-position acceptance ``accept`` and ``costs`` from ``RoundCosts.by_length``."""
+    rates = [1.0 / costs[0]]
+    expected, reach = 1.0, 1.0
+    for k, accept_k in enumerate(accept, start=1):
+        reach *= accept_k
+        expected += reach
+        rates.append(expected / costs[k])
+    return rates
