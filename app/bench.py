@@ -9,9 +9,10 @@ speed-up carries a 95% interval from resampling the prompts, and auto is set
 against each fixed length prompt by prompt, so "auto beats 8" can be told from
 noise. ``--copy both`` runs every setting with and without copying repeats
 (``SpecConfig.copy_min``) and sets the two against each other the same way.
-Next to the measured speed-up stands DESIGN.md §2's ideal for the measured
-acceptance α, draft length k and cost ratios c (draft step / target step) and
-v (verifying k+1 tokens / target step); efficiency = measured / ideal. The costs are
+Next to the measured speed-up stands the ideal for the measured acceptance α,
+draft length k and cost ratios c (draft step / target step) and v (verifying k+1
+tokens / target step), as docs/ARCHITECTURE.md ("The speculative round") derives
+it; efficiency = measured / ideal. The costs are
 means over the very calls the run made (plain target steps from the plain runs),
 so a moment of machine load weighs on the ideal as on the measurement, and what
 efficiency leaves out is time outside llama.cpp and the gap between real and
@@ -126,7 +127,7 @@ class Tally:
 
 
 def ideal_speedup(acceptance: float, k: float, c: float, v: float) -> float:
-    """DESIGN.md §2: expected tokens per round / cost of a round, in plain steps."""
+    """Expected tokens per round / cost of a round, in plain steps: (1 - a^(k+1)) / (1 - a) / (k c + v)."""
     if k <= 0:
         return 1.0
     a = min(acceptance, 0.999999)

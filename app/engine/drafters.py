@@ -117,7 +117,9 @@ class ModelDrafter:
         """Trim the cache to its common prefix with ``context``; return what it has not seen.
 
         After a fully accepted round that is the last draft token and the target's
-        bonus token: feeding both keeps the draft in step (the drift bug, DESIGN.md §7).
+        bonus token: feeding both keeps the draft in step (forgetting the last draft
+        token keeps the output right and quietly ruins acceptance: docs/ARCHITECTURE.md,
+        "The speculative round", step 4).
         """
         reuse = min(common_prefix(self.model.tokens, context), len(context) - 1)
         self.model.trim(reuse)

@@ -1,7 +1,7 @@
 """GGUF model files: header validation, tokenizer metadata, draft/target compatibility.
 
 ``gguf.GGUFReader`` trusts every count and length in the header (a 49-byte file
-declaring a 2^63-element array keeps it busy for minutes, DESIGN.md §7), and
+declaring a 2^63-element array keeps it busy for minutes), and
 llama.cpp answers a bad file with a bare NULL. So :func:`validate_gguf` walks the
 header itself, checking each length against the bytes actually left in the file,
 and says in one line what is wrong. :func:`read_metadata` decodes the few keys it
@@ -9,7 +9,7 @@ needs during that same walk: ``GGUFReader`` builds numpy arrays for every token 
 merge and took 6-8 s on the 98 MB demo model, against well under 0.1 s here.
 
 :func:`check_compatibility` mirrors llama.cpp's ``common_speculative_are_compatible``
-(DESIGN.md §4).
+(docs/ARCHITECTURE.md, "Compatibility of a draft with a target").
 """
 
 from __future__ import annotations
@@ -501,7 +501,8 @@ class _Values:
 
 
 def check_compatibility(target: ModelMetadata, draft: ModelMetadata) -> Compatibility:
-    """llama.cpp's rules for a draft model, checked in llama.cpp's order (DESIGN.md §4)."""
+    """llama.cpp's rules for a draft model, checked in llama.cpp's order (docs/ARCHITECTURE.md,
+    "Compatibility of a draft with a target")."""
 
     def incompatible(rule: str, why: str) -> Compatibility:
         return Compatibility(False, rule, f"Draft is incompatible with target: {why}")

@@ -1,4 +1,4 @@
-"""Token sampling and speculative acceptance (DESIGN.md §2, step 3).
+"""Token sampling and speculative acceptance (docs/ARCHITECTURE.md, "The speculative round", step 3).
 
 Pure numpy. ``warp`` turns logits into the distribution a token is drawn from,
 mirroring llama.cpp's default sampler chain; ``greedy_accept`` and

@@ -1,4 +1,5 @@
-"""The speculative loop: draft -> verify -> accept -> roll back (DESIGN.md §2).
+"""The speculative loop: draft -> verify -> accept -> roll back (docs/ARCHITECTURE.md,
+"The speculative round").
 
 Invariants, checked below:
 - before a round the target's cache holds every committed token but the last;

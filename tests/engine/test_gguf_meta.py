@@ -54,7 +54,7 @@ def meta(tmp_path: Path, stem: str, **kw) -> ModelMetadata:
 
 
 # ---------------------------------------------------------------------------
-# Compatibility (DESIGN.md §4)
+# Compatibility (docs/ARCHITECTURE.md, "Compatibility of a draft with a target")
 
 
 def test_same_file_twice_is_compatible(tmp_path):
