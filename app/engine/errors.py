@@ -9,10 +9,6 @@ class ModelFileError(EngineError):
     """A model path that is missing, not a file, or not a valid GGUF."""
 
 
-class IncompatibleDraftError(EngineError):
-    """The draft model cannot speculate for the target (names the failed rule)."""
-
-
 class ContextOverflowError(EngineError):
     """The prompt (plus room to answer) does not fit the context window."""
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import gguf
 
-from app.engine.errors import IncompatibleDraftError, ModelFileError
+from app.engine.errors import ModelFileError
 from app.engine.gguf_rules import ADD_BOS_BPE_PRE, first_violation, rule_keys
 
 SUPPORTED_VERSIONS = (2, 3)
@@ -535,13 +535,6 @@ def check_compatibility(target: ModelMetadata, draft: ModelMetadata) -> Compatib
             f"token {i} differs (target {_short_repr(target.tokens[i])}, draft {_short_repr(draft.tokens[i])})",
         )
     return Compatibility(True, None, "Draft is compatible with target.")
-
-
-def require_compatible(target: ModelMetadata, draft: ModelMetadata) -> None:
-    """Raise IncompatibleDraftError with the first failed rule's reason."""
-    result = check_compatibility(target, draft)
-    if not result.ok:
-        raise IncompatibleDraftError(result.reason)
 
 
 def _short_repr(text: str, limit: int = 60) -> str:

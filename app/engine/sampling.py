@@ -136,13 +136,6 @@ def _top_p_count(e: np.ndarray, z_total: float, top_p: float) -> int:
         probe *= 8
 
 
-def mask_logits(logits: np.ndarray, token_ids: Sequence[int]) -> np.ndarray:
-    """A copy of logits with token_ids made impossible (e.g. EOS for --ignore-eos)."""
-    out = np.array(logits, copy=True)
-    out[np.asarray(token_ids, dtype=np.intp)] = -np.inf
-    return out
-
-
 def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
     """Draw one index from probs (need not be normalised) with a single uniform."""
     w = np.asarray(probs, dtype=np.float64)

@@ -45,9 +45,6 @@ class TokenStyle:
         self.colours = {kind: QColor(token_palette(dark)[kind.value]) for kind in TokenKind}
         self._formats = {kind: self._make(kind) for kind in TokenKind}
 
-    def colour(self, kind: TokenKind) -> QColor:
-        return self.colours[kind]
-
     def kind_format(self, kind: TokenKind) -> QTextCharFormat:
         return self._formats[kind]
 

@@ -13,13 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.errors import IncompatibleDraftError, ModelFileError
+from app.engine.errors import ModelFileError
 from app.engine.gguf_meta import (
     Compatibility,
     ModelMetadata,
     check_compatibility,
     read_metadata,
-    require_compatible,
     validate_gguf,
 )
 
@@ -61,7 +60,6 @@ def test_same_file_twice_is_compatible(tmp_path):
     m = meta(tmp_path, "a")
     result = check_compatibility(m, read_metadata(m.path))
     assert result == Compatibility(True, None, "Draft is compatible with target.")
-    require_compatible(m, m)
 
 
 def test_compatible_pair_within_the_rules(tmp_path):
@@ -155,14 +153,6 @@ def test_first_failing_rule_is_reported(tmp_path):
     target = meta(tmp_path, "t", tokens=make_tokens(1000))
     draft = meta(tmp_path, "d", tokens=make_tokens(10), vocab_type="llama", add_bos=True)
     assert check_compatibility(target, draft).rule == "vocab_type"
-
-
-def test_require_compatible_raises_with_reason(tmp_path):
-    target = meta(tmp_path, "t")
-    draft = meta(tmp_path, "d", bos_id=5)
-    with pytest.raises(IncompatibleDraftError) as info:
-        require_compatible(target, draft)
-    assert str(info.value) == check_compatibility(target, draft).reason
 
 
 # ---------------------------------------------------------------------------
