@@ -1,18 +1,30 @@
-"""A conversation as Markdown (to read or share) or as JSON (everything, and readable back)."""
+"""A conversation as Markdown (to read or share) or as JSON (everything, and readable back).
+
+A JSON export read back is someone else's data: ``read_export`` reads only a regular
+file of bounded size, ``from_json`` checks every field (``export_schema``) and
+``import_conversation`` writes it in one transaction, so an import is all or nothing.
+The Markdown is meant to be rendered: what the texts say stays text there (no HTML of
+theirs, no heading that looks like one of the roles').
+"""
 
 from __future__ import annotations
 
 import json
+import re
 import time
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
 
-from app.storage.errors import StorageError
-from app.storage.history import ROLES, STATUSES, ConversationSummary, HistoryStore, StoredMessage
+from app.storage.errors import ImportRefused
+from app.storage.export_schema import FORMAT, VERSION, check_export, parse_export_json
+from app.storage.history import ConversationSummary, HistoryStore, StoredMessage
+from app.storage.safe_json import UnreadableFile, read_regular_file
 
-EXPORT_FORMAT = "tandem-conversation"
-EXPORT_VERSION = 1
+EXPORT_FORMAT = FORMAT
+EXPORT_VERSION = VERSION
 UNTITLED = "Untitled chat"
+MAX_EXPORT_BYTES = 512 << 20  # a 100,000-message chat with token kinds is well under 100 MB
 
 
 @dataclass(frozen=True)
@@ -24,11 +36,14 @@ class ConversationExport:
 
 
 def to_markdown(conversation: ConversationSummary, messages: list[StoredMessage]) -> str:
-    created = time.strftime("%Y-%m-%d %H:%M", time.localtime(conversation.created_at))
-    parts = [f"# {conversation.title or UNTITLED}", f"*Tandem conversation, started {created}*"]
+    try:
+        created = time.strftime("%Y-%m-%d %H:%M", time.localtime(conversation.created_at))
+    except (OverflowError, OSError, ValueError):
+        created = "at an unknown time"
+    parts = [f"# {markdown_line(conversation.title) or UNTITLED}", f"*Tandem conversation, started {created}*"]
     for message in messages:
         parts.append(f"## {message.role.capitalize()}")
-        parts.append(message.text if message.text else "*(empty)*")
+        parts.append(markdown_text(message.text) if message.text else "*(empty)*")
         footnote = _footnote(message)
         if footnote:
             parts.append(f"*{footnote}*")
@@ -48,42 +63,92 @@ def to_json(conversation: ConversationSummary, messages: list[StoredMessage]) ->
 
 
 def from_json(text: str) -> ConversationExport:
-    """Read what ``to_json`` wrote; raises StorageError naming what is wrong."""
+    """Read what ``to_json`` wrote, every field checked; raises ImportRefused (a
+    StorageError) naming the first field that is wrong and where it is."""
+    checked = check_export(parse_export_json(text))
+    return ConversationExport(title=checked["title"], created_at=checked["created_at"],
+                              updated_at=checked["updated_at"],
+                              messages=[StoredMessage(**message) for message in checked["messages"]])
+
+
+def read_export(path: Path) -> ConversationExport:
+    """``from_json`` of a file: only a regular file of at most MAX_EXPORT_BYTES, as UTF-8."""
     try:
-        document = json.loads(text)
-    except ValueError as exc:
-        raise StorageError(f"Not a Tandem conversation export: {exc}") from None
-    if not isinstance(document, dict) or document.get("format") != EXPORT_FORMAT:
-        raise StorageError("Not a Tandem conversation export.")
-    if document.get("version") != EXPORT_VERSION:
-        raise StorageError(f"Unsupported conversation export version {document.get('version')!r}.")
+        data = read_regular_file(Path(path), MAX_EXPORT_BYTES)
+    except UnreadableFile as exc:
+        raise ImportRefused(f"Not a file to import: {exc}.") from None
     try:
-        messages = [_message(item) for item in document["messages"]]
-        return ConversationExport(title=str(document["title"]), created_at=float(document["created_at"]),
-                                  updated_at=float(document["updated_at"]), messages=messages)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise StorageError(f"Damaged conversation export: {exc!r}") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ImportRefused(f"Not a Tandem conversation export: not UTF-8 text (byte {exc.start:,}).") from None
+    return from_json(text)
 
 
-def import_conversation(store: HistoryStore, exported: ConversationExport) -> int:
-    """Add an exported conversation to ``store`` as a new conversation; returns its id."""
-    conversation_id = store.create_conversation(exported.title)
-    for message in exported.messages:
-        # A reply exported mid-stream will never finish here.
-        status = "interrupted" if message.status == "streaming" else message.status
-        store.add_message(conversation_id, message.role, message.text, tokens=message.tokens,
-                          meta=message.meta, stats=message.stats, status=status)
-    return conversation_id
+Progress = Callable[[int, int], "bool | None"]  # (done, total) -> False to stop
 
 
-def _message(item: dict[str, Any]) -> StoredMessage:
-    known = {f.name for f in fields(StoredMessage)}
-    message = StoredMessage(**{key: value for key, value in item.items() if key in known})
-    if message.role not in ROLES or message.status not in STATUSES:
-        raise ValueError(f"role {message.role!r} / status {message.status!r}")
-    if not isinstance(message.text, str) or not isinstance(message.tokens, list):
-        raise ValueError("text must be a string and tokens a list")
-    return message
+def import_conversation(store: HistoryStore, exported: ConversationExport, progress: Progress | None = None) -> int:
+    """Add an exported conversation to ``store`` as a new conversation, in one
+    transaction (all of it or, on any failure or a stop, none); returns its id."""
+    return store.import_conversation(exported.title, exported.messages, progress)
+
+
+# --- Markdown that stays as written --------------------------------------------------------
+
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+# Block quote and list markers before a line's text: a heading may hide behind them.
+_BLOCK_PREFIX = re.compile(r"(?:[ \t]*(?:>|[-*+](?=[ \t])|[0-9]{1,9}[.)](?=[ \t])))*[ \t]*")
+_UNDERLINE = re.compile(r"[=-][=\s-]*$")  # '===' or '---' under a line makes it a heading
+_UNESCAPED_HTML = re.compile(r"(\\*)([<&])")
+_ALL_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
+
+
+def markdown_line(text: str) -> str:
+    """One line (a title) that renders as exactly its characters: all punctuation escaped."""
+    return _ALL_PUNCTUATION.sub(r"\\\1", " ".join(text.split()))
+
+
+def markdown_text(text: str) -> str:
+    """A message's text for a Markdown document: its own Markdown still renders (lists,
+    emphasis, code), but no HTML of its own and no heading of its own, so nothing in it
+    can pass for another message's role heading or inject markup into a viewer.
+
+    Outside fenced code, ``<`` and ``&`` are escaped (no tags, no entities, even inside
+    `code spans`, where the backslash then shows: telling spans apart exactly needs a
+    whole CommonMark parser, and a mistake there would let HTML through), and a line
+    that would be a heading (``# ...``, or ``===`` / ``---`` under a line, also inside
+    quotes and lists) is escaped. Fenced code renders literally and is left as written;
+    a fence the text leaves open is closed, so it cannot swallow what follows."""
+    out: list[str] = []
+    fence = ""  # the open fence's marker, or ""
+    for line in text.split("\n"):
+        match = _FENCE.match(line)
+        if fence:
+            out.append(line)
+            if match and match.group(1)[0] == fence[0] and len(match.group(1)) >= len(fence) \
+                    and not line[match.end():].strip():
+                fence = ""
+            continue
+        if match and not (match.group(1)[0] == "`" and "`" in line[match.end():]):
+            fence = match.group(1)
+            out.append(line)
+            continue
+        line = _UNESCAPED_HTML.sub(_escape_html, line)
+        prefix = _BLOCK_PREFIX.match(line).end()
+        rest = line[prefix:]
+        if rest.startswith("#") or _UNDERLINE.match(rest):
+            line = line[:prefix] + "\\" + rest
+        out.append(line)
+    if fence:
+        out.append(fence)  # closes it: the next role heading stays a heading
+    return "\n".join(out)
+
+
+def _escape_html(match: re.Match) -> str:
+    # An odd run of backslashes already escapes the character; an even one (or none)
+    # is itself escaped and leaves it live, so it gets one more.
+    backslashes, char = match.groups()
+    return backslashes + ("\\" if len(backslashes) % 2 == 0 else "") + char
 
 
 def _footnote(message: StoredMessage) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from app.storage import paths
-from app.storage.errors import StorageError
+from app.storage.errors import ImportCancelled, StorageError
 from app.storage.files import move_aside
 from app.storage.schema import SCHEMA_VERSION, migrate, schema_version
 
@@ -28,6 +28,7 @@ TOKEN_KINDS = ("accepted", "corrected", "bonus", "plain")
 STATUSES = ("complete", "streaming", "interrupted", "stopped")
 COMMIT_INTERVAL_S = 0.5
 TITLE_CHARS = 60
+IMPORT_BATCH = 2000  # messages between progress reports (and chances to stop) of an import
 
 # SQLite primary result codes that mean the file itself is damaged or not a database;
 # anything else (locked, permissions, I/O) may pass, so the file is left where it is.
@@ -120,6 +121,20 @@ class HistoryStore:
         return store
 
     @classmethod
+    def open_companion(cls, path: Path) -> HistoryStore:
+        """A second connection to a history this process has opened already, for another
+        thread (an import): no checks, upgrades or clean-up, the first connection did them,
+        and marking 'streaming' replies interrupted here would cut off one being written."""
+        db = sqlite3.connect(str(path), timeout=30.0, isolation_level=None)
+        try:
+            db.execute("PRAGMA synchronous = FULL")
+            db.execute("PRAGMA foreign_keys = ON")
+        except BaseException:
+            db.close()
+            raise
+        return cls(db, Path(path))
+
+    @classmethod
     def _in_memory(cls, notice: str) -> HistoryStore:
         return cls(_connect(Path(":memory:")), None, notice)
 
@@ -199,14 +214,57 @@ class HistoryStore:
                            (title_from(text), conversation_id))
         return cursor.lastrowid
 
-    def messages(self, conversation_id: int) -> list[StoredMessage]:
-        rows = self._db.execute(
-            """SELECT id, conversation_id, role, text, tokens, status, meta, stats, created_at, updated_at
-               FROM messages WHERE conversation_id = ? ORDER BY id""", (conversation_id,))
+    def messages(self, conversation_id: int, last: int | None = None) -> list[StoredMessage]:
+        """The conversation's messages in order; with ``last``, only that many newest."""
+        columns = "id, conversation_id, role, text, tokens, status, meta, stats, created_at, updated_at"
+        if last is None:
+            rows = self._db.execute(
+                f"SELECT {columns} FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,))
+        else:
+            rows = reversed(self._db.execute(
+                f"SELECT {columns} FROM messages WHERE conversation_id = ? ORDER BY id DESC LIMIT ?",
+                (conversation_id, max(0, last))).fetchall())
         return [StoredMessage(id=r[0], conversation_id=r[1], role=r[2], text=r[3], tokens=_loads(r[4], []),
                               status=r[5], meta=_loads(r[6], {}), stats=_loads(r[7], {}),
                               created_at=r[8], updated_at=r[9] if r[9] is not None else r[8])
                 for r in rows]
+
+    def import_conversation(self, title: str, messages: list[StoredMessage],
+                            progress: Callable[[int, int], bool | None] | None = None) -> int:
+        """Add a whole conversation (an import) in one transaction; returns its id.
+
+        Messages must be checked already (``export_schema``). ``progress(done, total)``
+        is called between batches; returning False stops the import with ImportCancelled,
+        and then, as on any error, nothing of it is in the history."""
+        total = 2 * len(messages)  # preparing the rows, then writing them
+        report = progress or (lambda done, total: None)
+        rows = []
+        for done, message in enumerate(messages, 1):
+            for role_or_status, allowed in ((message.role, ROLES), (message.status, STATUSES)):
+                if role_or_status not in allowed:
+                    raise ValueError(f"unknown role or status {role_or_status!r}")
+            # A reply exported mid-stream will never finish here.
+            status = "interrupted" if message.status == "streaming" else message.status
+            rows.append((message.role, message.text, _dumps(message.tokens), status, _dumps(message.meta),
+                         _dumps(message.stats)))
+            if done % IMPORT_BATCH == 0 and report(done, total) is False:
+                raise ImportCancelled("The import was stopped; nothing was added.")
+        title = title.strip() or next((title_from(m.text) for m in messages if m.role == "user"), "")
+        now = self._now()
+        with self._transaction() as db:
+            conversation_id = db.execute(
+                "INSERT INTO conversations (title, created_at, updated_at) VALUES (?, ?, ?)",
+                (title, now, now)).lastrowid
+            for start in range(0, len(rows), IMPORT_BATCH):
+                db.executemany(
+                    """INSERT INTO messages (conversation_id, role, text, tokens, status, meta, stats,
+                                             created_at, updated_at)
+                       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                    [(conversation_id, *row, now, now) for row in rows[start:start + IMPORT_BATCH]])
+                if report(len(rows) + min(start + IMPORT_BATCH, len(rows)), total) is False:
+                    raise ImportCancelled("The import was stopped; nothing was added.")
+        report(total, total)
+        return conversation_id
 
     def delete_message_and_after(self, message_id: int) -> int:
         """Delete a message and every later one in its conversation (Regenerate, edit and resend)."""

@@ -8,22 +8,28 @@ stats and status — and rebuilds a stored conversation in the chat view, token 
 all, when one is chosen in the sidebar.
 
 A store error (disk full, read-only file) never interrupts chatting: it becomes one
-notice above the conversation, and the next save tries again.
+notice above the conversation, and the next save tries again. A stored conversation
+that cannot be shown (written by another tool, or by an old import) becomes a notice
+too, never an exception at start-up; a long one shows its newest ``SHOWN_MESSAGES``.
+An import runs on its own thread (``ImportTask``) with a progress bar in the status bar.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
+import math
 import re
 import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from PySide6.QtCore import QObject, Qt, QTimer
+from PySide6.QtCore import QObject, Qt, QTimer, Signal, Slot
+from PySide6.QtWidgets import QProgressBar
 
 from app.engine.types import Stats, TokenEvent, TokenKind
 from app.errors import TandemError
-from app.storage.export import from_json, import_conversation, to_json, to_markdown
+from app.storage.export import import_conversation, read_export, to_json, to_markdown
 from app.storage.files import atomic_write_text
 from app.storage.history import (
     COMMIT_INTERVAL_S,
@@ -32,6 +38,7 @@ from app.storage.history import (
     TokenRecord,
     token_record,
 )
+from app.ui.import_task import ImportTask
 from app.ui.message_view import ASSISTANT, COMPLETE, FAILED, INTERRUPTED, STOPPED, USER, ChatMessage
 from app.ui.notices import ERROR, INFO, WARNING
 from app.ui.sidebar import ConversationSidebar
@@ -44,6 +51,9 @@ EXPORT_FORMATS = {"markdown": (".md", "Markdown (*.md)"), "json": (".json", "Tan
 NOTICE_KEY = "history"             # how the history was opened (moved aside, in memory)
 SAVE_NOTICE_KEY = "history-save"   # the store failing now; cleared when it works again
 FILE_NOTICE_KEY = "history-file"   # an export or import that did not work
+RESTORE_NOTICE_KEY = "history-restore"  # a stored conversation that could not be shown whole
+SHOWN_MESSAGES = 200  # newest messages of a conversation put on screen (each is a widget)
+IMPORT_WAIT_S = 5.0   # how long closing waits for an import to roll back
 SIDEBAR_WIDTH = 230
 SEARCH_DELAY_MS = 150  # search once typing pauses, not on every key
 NO_SELECTION = -1  # a conversation id that never exists: the sidebar selects nothing
@@ -55,9 +65,13 @@ _STATS_FIELDS = {f.name for f in dataclasses.fields(Stats)}
 # to a reply another Tandem is writing, or that died: either way it is not going on here.
 _SHOWN_STATUS = {"complete": COMPLETE, "stopped": STOPPED, "interrupted": INTERRUPTED, "streaming": INTERRUPTED}
 
+log = logging.getLogger(__name__)
+
 
 class HistoryController(QObject):
     """Records the window's conversation in ``store`` and drives the conversation sidebar."""
+
+    import_finished = Signal(object)  # the imported conversation's id, or None
 
     def __init__(self, window: MainWindow, store: HistoryStore,
                  sidebar: ConversationSidebar | None = None) -> None:
@@ -74,6 +88,13 @@ class HistoryController(QObject):
         self._stored_ids: dict[ChatMessage, int] = {}   # messages on screen -> their rows
         self._writers: dict[ChatMessage, ReplyWriter] = {}
         self._save_failing = False
+        self._import: ImportTask | None = None
+        self.import_bar = QProgressBar(window)
+        self.import_bar.setObjectName("importProgress")
+        self.import_bar.setMaximumWidth(220)
+        self.import_bar.setFormat("Importing… %p%")
+        self.import_bar.hide()
+        window.statusBar().addPermanentWidget(self.import_bar)
 
         # Refreshing rebuilds the list, which must not happen inside the list's own
         # signals (selection change, inline edit): refreshes run from the event loop.
@@ -130,34 +151,59 @@ class HistoryController(QObject):
         """Show a stored conversation in the chat view; the next message continues it."""
         if self.store is None or conversation_id == self.current_id:
             return False
-        if self._read(lambda: self.store.conversation(conversation_id)) is None:
+        summary = self._read(lambda: self.store.conversation(conversation_id))
+        if summary is None:
             return False  # deleted meanwhile, or unreadable
-        messages = self._read(lambda: self.store.messages(conversation_id), default=None)
+        messages = self._read(lambda: self.store.messages(conversation_id, last=SHOWN_MESSAGES), default=None)
         if messages is None:
             return False
         self.window.clear_chat()  # a reply still streaming is saved as stopped first
         self._forget_screen()
+        self.window.notices.clear(RESTORE_NOTICE_KEY)
+        try:
+            self._show_messages(messages)
+        except Exception as exc:  # noqa: BLE001 — whatever is stored, the window must start
+            log.exception("Showing conversation %s failed", conversation_id)
+            self.window.clear_chat()
+            self._forget_screen()
+            self.current_id = None
+            self.window.notices.show_notice(
+                RESTORE_NOTICE_KEY, f"Could not show the chat “{summary.title or 'Untitled chat'}”: "
+                f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}. It stays in the history "
+                "(export it to look inside).", ERROR)
+            self._schedule_refresh()
+            self._update_actions()
+            return False
         self.current_id = conversation_id
+        hidden = summary.message_count - len(messages)
+        if hidden > 0:
+            self.window.notices.show_notice(
+                RESTORE_NOTICE_KEY, f"Showing the newest {len(messages):,} of {summary.message_count:,} "
+                "messages; the earlier ones stay in the history and its exports, and are not sent "
+                "to the model.", INFO)
+        self._schedule_refresh()
+        self._update_actions()
+        return True
+
+    def _show_messages(self, messages: list) -> None:
         chat = self.window.chat_view
         last_stats = None
         for stored in messages:
             if stored.role == USER:
-                message = chat.add_user_message(stored.text)
+                message = chat.add_user_message(str(stored.text))
             elif stored.role == ASSISTANT:
                 stats = stats_from_record(stored.stats)
                 message = chat.add_reply(events_from_records(stored.tokens, stored.text), stats,
                                          _SHOWN_STATUS.get(stored.status, COMPLETE))
-                if stored.stats.get("error"):
-                    message.fail(str(stored.stats["error"]))
+                error = stored.stats.get("error") if isinstance(stored.stats, dict) else None
+                if error:
+                    message.fail(str(error))
                 last_stats = stats or last_stats
             else:
                 continue  # system messages are settings, not part of the chat on screen
             self._stored_ids[message] = stored.id
         if last_stats is not None:
             self.window.side_panel.stats.show_stats(last_stats, live=False)
-        self._schedule_refresh()
-        self._update_actions()
-        return True
 
     def rename(self, conversation_id: int, title: str) -> None:
         if self.store is not None:
@@ -204,23 +250,83 @@ class HistoryController(QObject):
             return None
         return path
 
+    @property
+    def importing(self) -> bool:
+        return self._import is not None
+
     def import_file(self, path: Path) -> int | None:
-        """Add a conversation exported as JSON and open it; returns its id."""
+        """Add a conversation exported as JSON and open it, all of it or nothing.
+
+        With a history file the work runs on a thread and this returns None at once:
+        ``import_finished`` brings the id (or None) when it is done. An in-memory
+        history (its file could not be opened) imports here and returns the id."""
         if self.store is None:
             return None
-        try:
-            exported = from_json(Path(path).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError) as exc:
-            self._notify(f"Could not read {path}: {getattr(exc, 'strerror', None) or exc}")
+        path = Path(path)
+        if self._import is not None:
+            self._notify(f"Could not import {path.name}: another import is still running.")
             return None
-        except TandemError as exc:
-            self._notify(f"Could not import {path}: {exc}")
-            return None
-        conversation_id = self._call(lambda: import_conversation(self.store, exported), default=None)
-        if conversation_id is not None:
-            self.open_conversation(conversation_id)
-            self.window.notices.show_notice(FILE_NOTICE_KEY, f"Imported “{exported.title or path.name}”.", INFO)
-        return conversation_id
+        self.window.notices.clear(FILE_NOTICE_KEY)
+        if self.store.path is None:  # in-memory: the only connection is this thread's
+            try:
+                exported = read_export(path)
+            except OSError as exc:
+                return self._import_failed(path, f"Could not read {path.name}: {exc.strerror or exc}")
+            except TandemError as exc:
+                return self._import_failed(path, str(exc))
+            conversation_id = self._call(lambda: import_conversation(self.store, exported), default=None)
+            if conversation_id is not None:
+                self._import_done(conversation_id, exported.title or path.name)
+            else:
+                self.import_finished.emit(None)
+            return conversation_id
+        task = self._import = ImportTask(path, self.store.path, self)
+        task.progressed.connect(self._on_import_progress)
+        task.succeeded.connect(self._on_import_succeeded)
+        task.failed.connect(self._on_import_failed)
+        self.import_bar.setRange(0, 0)  # busy until the first count: reading and checking
+        self.import_bar.setToolTip(f"Importing {path.name}")
+        self.import_bar.show()
+        self.window.import_action.setEnabled(False)
+        task.start()
+        return None
+
+    @Slot(int, int)
+    def _on_import_progress(self, done: int, total: int) -> None:
+        self.import_bar.setRange(0, max(total, 1))
+        self.import_bar.setValue(done)
+
+    @Slot(int, str)
+    def _on_import_succeeded(self, conversation_id: int, title: str) -> None:
+        task = self._end_import()
+        if task is not None:
+            self._import_done(conversation_id, title or task.source.name)
+
+    @Slot(str)
+    def _on_import_failed(self, message: str) -> None:
+        task = self._end_import()
+        if task is not None and message:  # '' is a cancelled import: the window is closing
+            self._import_failed(task.source, message)
+        elif task is not None:
+            self.import_finished.emit(None)
+
+    def _end_import(self) -> ImportTask | None:
+        task, self._import = self._import, None
+        self.import_bar.hide()
+        if self.store is not None:
+            self.window.import_action.setEnabled(True)
+        return task if self.store is not None else None
+
+    def _import_done(self, conversation_id: int, title: str) -> None:
+        self.open_conversation(conversation_id)
+        self.window.notices.show_notice(FILE_NOTICE_KEY, f"Imported “{title}”.", INFO)
+        self._schedule_refresh()
+        self.import_finished.emit(conversation_id)
+
+    def _import_failed(self, path: Path, message: str) -> None:
+        self._notify(message if message.startswith("Could not") else f"Could not import {path.name}: {message}")
+        self.import_finished.emit(None)
+        return None
 
     def suggested_file_name(self) -> str:
         conversation = (self._read(lambda: self.store.conversation(self.current_id))
@@ -232,6 +338,12 @@ class HistoryController(QObject):
         """The window is closing: finish what streams (the window already ended it) and let go."""
         self._flush_timer.stop()
         self._refresh_timer.stop()
+        if self._import is not None:
+            # Rolled back at its next batch; a thread still parsing a big file is left to
+            # the process's end, which rolls back its transaction all the same.
+            self._import.cancel()
+            self._import.wait(IMPORT_WAIT_S)
+            self._import = None
         for reply, writer in list(self._writers.items()):
             self._finish(reply, writer, STOPPED)
         self._writers.clear()
@@ -355,19 +467,30 @@ def records_from_events(events: Iterable[TokenEvent]) -> list[TokenRecord]:
     return [token_record(e.text, e.kind.value, e.draft_text, e.draft_prob) for e in events]
 
 
-def events_from_records(records: list[TokenRecord], text: str) -> list[TokenEvent]:
-    """Token events to redraw a stored reply; a reply stored without kinds comes back plain."""
+def events_from_records(records: Any, text: Any) -> list[TokenEvent]:
+    """Token events to redraw a stored reply; a reply stored without kinds comes back plain.
+
+    What is stored may come from another tool or an old import: anything that is not a
+    record of the right types is left out (the reply then shows as plain text)."""
     events = []
-    for record in records:
+    for record in records if isinstance(records, list) else ():
+        if not isinstance(record, dict) or not isinstance(record.get("t", ""), str):
+            continue
         try:
             kind = TokenKind(record.get("k", "plain"))
-        except ValueError:
+        except (ValueError, TypeError):
             kind = TokenKind.PLAIN
-        events.append(TokenEvent(-1, str(record.get("t", "")), kind,
-                                 draft_text=record.get("d"), draft_prob=record.get("p")))
-    if not events and text:
-        events.append(TokenEvent(-1, text, TokenKind.PLAIN))
+        draft_text = record.get("d") if isinstance(record.get("d"), str) else None
+        prob = record.get("p")
+        draft_prob = float(prob) if _finite(prob) else None
+        events.append(TokenEvent(-1, record.get("t", ""), kind, draft_text=draft_text, draft_prob=draft_prob))
+    if "".join(e.text for e in events) != text and isinstance(text, str):
+        events = [TokenEvent(-1, text, TokenKind.PLAIN)] if text else []  # records lost: the text is right
     return events
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def stats_to_record(stats: Stats | None) -> dict[str, Any]:
@@ -377,14 +500,35 @@ def stats_to_record(stats: Stats | None) -> dict[str, Any]:
     return {**dataclasses.asdict(stats), **stats.to_dict()}
 
 
-def stats_from_record(record: dict[str, Any]) -> Stats | None:
-    values = {key: value for key, value in record.items() if key in _STATS_FIELDS}
+def stats_from_record(record: Any) -> Stats | None:
+    """The reply's Stats again; a field of the wrong type (another tool's) is left out."""
+    if not isinstance(record, dict):
+        return None
+    values = {key: value for key, value in record.items() if key in _STATS_FIELDS and _fits(key, value)}
     if not values:
         return None
     try:
         return Stats(**values)
     except TypeError:
         return None
+
+
+_STATS_DEFAULTS = Stats()
+
+
+def _fits(name: str, value: Any) -> bool:
+    default = getattr(_STATS_DEFAULTS, name)
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(default, int):
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    if isinstance(default, float):
+        return _finite(value) and value >= 0
+    if isinstance(default, str):
+        return isinstance(value, str)
+    if isinstance(default, list):
+        return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    return False
 
 
 def reply_meta(window: MainWindow) -> dict[str, Any]:

@@ -54,9 +54,10 @@ def test_json_is_readable_by_other_tools(store, conversation):
 
 def test_markdown_has_roles_as_headings_and_the_texts(store, conversation):
     markdown = to_markdown(store.conversation(conversation), store.messages(conversation))
-    assert markdown.startswith("# Say hi in <b>bold</b> & 日本語\n")
+    # The texts' own HTML stays text (escaped): see test_export_hostile.py for how it renders.
+    assert markdown.startswith("# Say hi in \\<b\\>bold\\<\\/b\\> \\& 日本語\n")
     assert "## System\n\nBe brief." in markdown
-    assert "## User\n\nSay hi in <b>bold</b> & 日本語" in markdown
+    assert "## User\n\nSay hi in \\<b>bold\\</b> \\& 日本語" in markdown
     assert "## Assistant\n\nHi there 👋" in markdown
     assert "51.2 tokens/s" in markdown and "acceptance 50%" in markdown
     assert "## Assistant\n\nHel\n\n*reply stopped*" in markdown

@@ -248,14 +248,18 @@ def test_export_markdown_and_json_from_the_window(history_window, qtbot, tmp_pat
     assert json.loads(chosen.read_text(encoding="utf-8"))["format"] == "tandem-conversation"
 
     # ... and an exported conversation comes back in as a new one, colours included.
-    imported_id = window.history.import_file(chosen)
+    with qtbot.waitSignal(window.history.import_finished, timeout=REPLY_TIMEOUT_MS) as blocker:
+        assert window.history.import_file(chosen) is None  # it runs on its own thread
+    imported_id = blocker.args[0]
     assert imported_id is not None and window.history.current_id == imported_id
     assert [e.kind for e in window.chat_view.messages()[1].events] == [e.kind for e in MIXED]
     assert len(store.list_conversations()) == 2
 
     not_an_export = tmp_path / "notes.json"
     not_an_export.write_text('{"hello": 1}', encoding="utf-8")
-    assert window.history.import_file(not_an_export) is None
+    with qtbot.waitSignal(window.history.import_finished, timeout=REPLY_TIMEOUT_MS) as blocker:
+        window.history.import_file(not_an_export)
+    assert blocker.args == [None]
     assert "Not a Tandem conversation export" in window.notices.notice("history-file").text()
     assert len(store.list_conversations()) == 2
 

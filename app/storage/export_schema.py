@@ -1,0 +1,231 @@
+"""The conversation export, checked in full before anything of it is written.
+
+An export is other people's data: a shared file, perhaps crafted. Every field the
+history keeps is checked for its type, its range and its size here, and the first one
+that is wrong refuses the whole file with its path (``messages[12].tokens[3].p``), so
+an import is all or nothing and nothing malformed reaches the history (where, before,
+one bad conversation could break every later start).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from app.storage.errors import ImportRefused
+
+FORMAT = "tandem-conversation"
+VERSION = 1
+MAX_MESSAGES = 1_000_000
+MAX_TEXT_CHARS = 4_000_000       # one message; a long paste fits, a gigabyte does not
+MAX_TITLE_CHARS = 10_000
+MAX_TOKENS_PER_MESSAGE = 1_000_000
+MAX_DIGITS = 30                  # no count or time in an export is longer
+MAX_DEPTH = 32                   # meta and stats are flat; some room for what a tool adds
+MAX_TIME = 1e11                  # seconds since 1970: year 5138; beyond, localtime() fails
+ROLES = ("user", "assistant", "system")
+STATUSES = ("complete", "streaming", "interrupted", "stopped")
+TOKEN_KINDS = ("accepted", "corrected", "bonus", "plain")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+# Stats written by the app (``Stats`` fields, the figures derived from them, "error"):
+# name -> the JSON type it must have. Other names pass if they are plain JSON.
+_STAT_TYPES = {
+    **{name: "count" for name in ("tokens", "rounds", "drafted", "accepted", "copied", "copied_accepted",
+                                  "rejections", "prompt_tokens", "prompt_eval_tokens", "left_out")},
+    **{name: "number" for name in ("seconds", "prompt_seconds", "draft_seconds", "target_seconds",
+                                   "python_seconds", "acceptance", "alpha", "tokens_per_round",
+                                   "tokens_per_second")},
+    **{name: "counts" for name in ("accepted_by_position", "drafted_by_position")},
+    "acceptance_by_position": "numbers",
+    **{name: "text" for name in ("stop_reason", "note", "prompt_notice", "error")},
+    "speculative": "flag",
+}
+
+
+class _TooBig(Exception):
+    pass
+
+
+def parse_export_json(text: str) -> Any:
+    """``json.loads`` that refuses, in one line, what no export holds: deep nesting,
+    numbers of thousands of digits, NaN and Infinity."""
+    def whole(digits: str) -> int:
+        if len(digits) > MAX_DIGITS:
+            raise _TooBig(f"a number of {len(digits):,} digits")
+        return int(digits)
+
+    def real(digits: str) -> float:
+        if len(digits) > MAX_DIGITS + 10:
+            raise _TooBig(f"a number of {len(digits):,} characters")
+        return float(digits)
+
+    def constant(name: str) -> float:
+        raise _TooBig(f"{name}, which is not a number JSON allows")
+
+    try:
+        return json.loads(text, parse_int=whole, parse_float=real, parse_constant=constant)
+    except _TooBig as exc:
+        raise ImportRefused(f"Not a usable conversation export: it holds {exc}.") from None
+    except RecursionError:
+        raise ImportRefused("Not a usable conversation export: it is nested too deeply.") from None
+    except ValueError as exc:  # JSONDecodeError included
+        raise ImportRefused(f"Not a Tandem conversation export: {exc}") from None
+
+
+def check_export(document: Any) -> dict[str, Any]:
+    """The export's fields, every one checked; raises ImportRefused naming the first bad one.
+
+    Returns {"title", "created_at", "updated_at", "messages": [dict, ...]} where each
+    message dict holds the StoredMessage fields (missing optional ones filled in)."""
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        raise ImportRefused("Not a Tandem conversation export.")
+    version = document.get("version")
+    if version != VERSION or isinstance(version, bool):
+        raise ImportRefused(f"Unsupported conversation export version {_shown(version)}.")
+    checked = {
+        "title": _text(_field(document, "title", ""), "title", MAX_TITLE_CHARS),
+        "created_at": _time(_field(document, "created_at", ""), "created_at"),
+        "updated_at": _time(_field(document, "updated_at", ""), "updated_at"),
+    }
+    messages = _field(document, "messages", "")
+    if not isinstance(messages, list):
+        _refuse("messages", "must be a list of messages")
+    if len(messages) > MAX_MESSAGES:
+        _refuse("messages", f"{len(messages):,} messages, over the limit of {MAX_MESSAGES:,}")
+    checked["messages"] = [_message(item, f"messages[{i}]") for i, item in enumerate(messages)]
+    return checked
+
+
+def _message(item: Any, path: str) -> dict[str, Any]:
+    if not isinstance(item, dict):
+        _refuse(path, "must be an object with role and text")
+    role = _field(item, "role", path)
+    if role not in ROLES:
+        _refuse(f"{path}.role", f"must be one of {', '.join(ROLES)}, got {_shown(role)}")
+    status = item.get("status", "complete")
+    if status not in STATUSES:
+        _refuse(f"{path}.status", f"must be one of {', '.join(STATUSES)}, got {_shown(status)}")
+    tokens = item.get("tokens", [])
+    if not isinstance(tokens, list):
+        _refuse(f"{path}.tokens", "must be a list")
+    if len(tokens) > MAX_TOKENS_PER_MESSAGE:
+        _refuse(f"{path}.tokens", f"{len(tokens):,} tokens, over the limit of {MAX_TOKENS_PER_MESSAGE:,}")
+    message = {
+        "id": _count(item.get("id", 0), f"{path}.id"),
+        "conversation_id": _count(item.get("conversation_id", 0), f"{path}.conversation_id"),
+        "role": role,
+        "text": _text(_field(item, "text", path), f"{path}.text", MAX_TEXT_CHARS),
+        "tokens": [_token(record, f"{path}.tokens[{i}]") for i, record in enumerate(tokens)],
+        "status": status,
+        "meta": _object(item.get("meta", {}), f"{path}.meta"),
+        "stats": _stats(item.get("stats", {}), f"{path}.stats"),
+        "created_at": _time(item.get("created_at", 0.0), f"{path}.created_at"),
+        "updated_at": _time(item.get("updated_at", 0.0), f"{path}.updated_at"),
+    }
+    return message
+
+
+def _token(record: Any, path: str) -> dict[str, Any]:
+    if not isinstance(record, dict):
+        _refuse(path, 'must be an object like {"t": text, "k": kind}')
+    unknown = set(record) - {"t", "k", "d", "p"}
+    if unknown:
+        _refuse(f"{path}.{sorted(unknown)[0]}", "is not a token field (t, k, d, p)")
+    checked = {"t": _text(_field(record, "t", path), f"{path}.t", MAX_TEXT_CHARS),
+               "k": record.get("k", "plain")}
+    if checked["k"] not in TOKEN_KINDS:
+        _refuse(f"{path}.k", f"must be one of {', '.join(TOKEN_KINDS)}, got {_shown(checked['k'])}")
+    if record.get("d") is not None:
+        checked["d"] = _text(record["d"], f"{path}.d", MAX_TEXT_CHARS)
+    if record.get("p") is not None:
+        checked["p"] = _number(record["p"], f"{path}.p", 0.0, 1.0)
+    return checked
+
+
+def _stats(value: Any, path: str) -> dict[str, Any]:
+    stats = _object(value, path)
+    for name, kind in _STAT_TYPES.items():
+        if name not in stats:
+            continue
+        where, item = f"{path}.{name}", stats[name]
+        if kind == "count":
+            _count(item, where)
+        elif kind == "number":
+            _number(item, where)
+        elif kind == "text":
+            _text(item, where, MAX_TEXT_CHARS)
+        elif kind == "flag" and not isinstance(item, bool):
+            _refuse(where, "must be true or false")
+        elif kind in ("counts", "numbers"):
+            if not isinstance(item, list):
+                _refuse(where, "must be a list of numbers")
+            for i, entry in enumerate(item):
+                (_count if kind == "counts" else _number)(entry, f"{where}[{i}]")
+    return stats
+
+
+def _object(value: Any, path: str) -> dict[str, Any]:
+    """A JSON object of plain JSON, at most MAX_DEPTH deep, without lone surrogates."""
+    if not isinstance(value, dict):
+        _refuse(path, "must be an object")
+    stack = [(value, path, 1)]
+    while stack:
+        item, where, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            _refuse(where, f"is nested more than {MAX_DEPTH} deep")
+        if isinstance(item, dict):
+            for key, entry in item.items():
+                _text(key, f"{where} (a key)", MAX_TITLE_CHARS)
+                stack.append((entry, f"{where}.{key}", depth + 1))
+        elif isinstance(item, list):
+            stack.extend((entry, f"{where}[{i}]", depth + 1) for i, entry in enumerate(item))
+        elif isinstance(item, str):
+            _text(item, where, MAX_TEXT_CHARS)
+    return value
+
+
+def _field(container: dict, name: str, path: str) -> Any:
+    if name not in container:
+        _refuse(f"{path}.{name}" if path else name, "is missing")
+    return container[name]
+
+
+def _text(value: Any, path: str, limit: int) -> str:
+    if not isinstance(value, str):
+        _refuse(path, f"must be text, got {_shown(value)}")
+    if len(value) > limit:
+        _refuse(path, f"{len(value):,} characters, over the limit of {limit:,}")
+    if _LONE_SURROGATE.search(value):
+        _refuse(path, "holds a lone surrogate (half a UTF-16 pair), which is no character")
+    return value
+
+
+def _count(value: Any, path: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        _refuse(path, f"must be a whole number of at least 0, got {_shown(value)}")
+    return value
+
+
+def _number(value: Any, path: str, low: float | None = None, high: float | None = None) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        _refuse(path, f"must be a number, got {_shown(value)}")
+    if (low is not None and value < low) or (high is not None and value > high):
+        _refuse(path, f"must be from {low:g} to {high:g}, got {value!r}")
+    return value
+
+
+def _time(value: Any, path: str) -> float:
+    return float(_number(value, path, 0.0, MAX_TIME))
+
+
+def _refuse(path: str, reason: str) -> None:
+    raise ImportRefused(f"Damaged conversation export: {path} {reason}.")
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=True) if not isinstance(value, (dict, list)) else (
+        "an object" if isinstance(value, dict) else "a list")
+    return text if len(text) <= 40 else text[:39] + "…"
