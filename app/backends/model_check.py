@@ -263,19 +263,22 @@ def _remember_pass(cache: Path, key: str, path: Path, seconds: float) -> None:
 
 def check_model(path: str | os.PathLike[str], *, progress: TrialProgress | None = None,
                 cache_dir: Path | None = None, use_cache: bool = True) -> ModelCheck:
-    """Validate ``path``, then trial-load it in a child unless this very file passed before.
-
-    A structural problem raises ModelFileError from the validator at once; everything
-    the child finds comes back in ``ModelCheck.message``.
-    """
+    """Trial-load ``path`` in a child unless this very file passed before (validated
+    first: a structural problem or a known lie raises ModelFileError from the validator
+    at once); everything the child finds comes back in ``ModelCheck.message``."""
     started = time.perf_counter()
     path = Path(path)
-    validate_gguf(path)
-    stat = path.stat()
+    try:
+        stat = path.stat()
+    except OSError:
+        validate_gguf(path)  # says what is wrong with the path, in one line
+        raise
     cache = _cache_file(cache_dir) if use_cache else None
     key = trial_key(path, stat, fingerprint(library_files()))
     if cache is not None and key in _load_passes(cache):
+        # Remembered: no walk of the header here (the loader validates it anyway).
         return ModelCheck(True, True, time.perf_counter() - started)
+    validate_gguf(path)  # before any child: a known lie gets its precise reason
     # A build that dies on every model must not be blamed on this one.
     check_llama_build(cache_dir=cache_dir).raise_if_broken()
     outcome = run_trial_child(path, progress=progress)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 
 import pytest
 
@@ -13,12 +14,33 @@ LOAD_TIMEOUT_MS = 60_000    # the machine is shared: generous, but a hang still 
 REPLY_TIMEOUT_MS = 120_000
 
 
+# What Tandem remembers of the child-process checks (a passed llama.cpp build probe, the
+# model files that survived a trial load). Each pass is keyed by the files' paths, sizes,
+# modification times and the build, so one test's pass holds for every test: shared,
+# they spare each real-model window test the same children again (~2 s each here).
+_CHECK_CACHES = ("llama-build-check.json", "model-checks.json")
+
+
+@pytest.fixture(scope="session")
+def check_caches(tmp_path_factory):
+    return tmp_path_factory.mktemp("check-caches")
+
+
 @pytest.fixture(autouse=True)
-def tandem_home(tmp_path, monkeypatch):
-    """Every path from app.storage.paths lands under this test's tmp_path."""
+def tandem_home(tmp_path, monkeypatch, check_caches):
+    """Every path from app.storage.paths lands under this test's tmp_path (the check
+    caches above aside: copied in before the test, and back after it)."""
     home = tmp_path / "tandem-home"
     monkeypatch.setenv("TANDEM_HOME", str(home))
-    return home
+    cache = home / "cache"
+    cache.mkdir(parents=True)
+    for name in _CHECK_CACHES:
+        if (check_caches / name).is_file():
+            shutil.copyfile(check_caches / name, cache / name)
+    yield home
+    for name in _CHECK_CACHES:
+        if (cache / name).is_file():
+            shutil.copyfile(cache / name, check_caches / name)
 
 
 @pytest.fixture(scope="session")
