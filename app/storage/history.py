@@ -471,5 +471,7 @@ def _dumps(value: Any) -> str:
 def _loads(text: str | None, empty: Any) -> Any:
     try:
         return json.loads(text) if text else empty
-    except ValueError:
-        return empty  # one unreadable field should not hide the whole conversation
+    except (ValueError, TypeError, RecursionError):
+        # One unreadable field should not hide the whole conversation: not JSON, not
+        # text at all (another tool's blob), nested past the recursion limit.
+        return empty
