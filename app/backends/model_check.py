@@ -40,6 +40,10 @@ CACHE_VERSION = 1
 MAX_REMEMBERED = 256          # passes kept; the oldest go first
 BASE_TIMEOUT = 60.0           # seconds for a small file ...
 SECONDS_PER_GIB = 15.0        # ... plus reading the weights once at ~70 MB/s
+# The child reports each step (load progress per tensor, then tokenizing, decoding); a
+# step that takes longer than this is a hang (a tokenizer that loops), not a big file.
+QUIET_BASE = 20.0             # seconds, ...
+QUIET_PER_GIB = 2.0           # ... plus a one-thread decode of a small batch
 POLL_SECONDS = 0.1
 STDERR_LINES = 40             # the tail of llama.cpp's words kept for the message
 
@@ -85,16 +89,22 @@ def timeout_for(size: int) -> float:
     return BASE_TIMEOUT + SECONDS_PER_GIB * size / 2**30
 
 
-def run_trial_child(path: Path, *, progress: TrialProgress | None = None,
-                    timeout: float | None = None, env: dict | None = None) -> TrialOutcome:
-    """Run the trial in a child process and say how it ended (never raises)."""
+def quiet_for(size: int) -> float:
+    return QUIET_BASE + QUIET_PER_GIB * size / 2**30
+
+
+def run_trial_child(path: Path, *, progress: TrialProgress | None = None, timeout: float | None = None,
+                    quiet: float | None = None, env: dict | None = None) -> TrialOutcome:
+    """Run the trial in a child process and say how it ended (never raises). It is
+    stopped after ``timeout`` seconds in all, or ``quiet`` seconds without a report."""
     started = time.perf_counter()
     path = Path(path)
-    if timeout is None:
-        try:
-            timeout = timeout_for(path.stat().st_size)
-        except OSError:
-            timeout = BASE_TIMEOUT
+    try:
+        size = path.stat().st_size
+    except OSError:
+        size = 0
+    timeout = timeout_for(size) if timeout is None else timeout
+    quiet = quiet_for(size) if quiet is None else quiet
     child_env = dict(os.environ if env is None else env)
     child_env["GGML_NO_BACKTRACE"] = "1"  # an abort says its line and goes; no debugger attached
     if not getattr(sys, "frozen", False):
@@ -114,6 +124,7 @@ def run_trial_child(path: Path, *, progress: TrialProgress | None = None,
         reader.start()
     deadline = time.monotonic() + timeout
     fraction, read = 0.0, 0
+    heard, heard_at, stage = 0, time.monotonic(), "starting"
 
     def latest_fraction() -> float:
         nonlocal read
@@ -125,8 +136,11 @@ def run_trial_child(path: Path, *, progress: TrialProgress | None = None,
         read = len(records)
         return found
 
-    cancelled = timed_out = False
+    cancelled = timed_out = stalled = False
     while child.poll() is None:
+        if len(records) > heard:
+            heard, heard_at = len(records), time.monotonic()
+            stage = str(records[heard - 1].get("stage", stage))
         # Asked again at every poll, not only when the child reports: a newer load
         # in the window (or its closing) must be able to stop a trial that is stuck.
         fraction = latest_fraction()
@@ -134,7 +148,9 @@ def run_trial_child(path: Path, *, progress: TrialProgress | None = None,
             cancelled = True
         elif time.monotonic() > deadline:
             timed_out = True
-        if cancelled or timed_out:
+        elif time.monotonic() - heard_at > quiet:
+            stalled = True
+        if cancelled or timed_out or stalled:
             child.kill()
             break
         try:
@@ -144,7 +160,7 @@ def run_trial_child(path: Path, *, progress: TrialProgress | None = None,
     child.wait()
     for reader in readers:
         reader.join(5)
-    if progress is not None and not (cancelled or timed_out):
+    if progress is not None and not (cancelled or timed_out or stalled):
         last = latest_fraction()  # what arrived after the last poll
         if last != fraction:
             progress(last)
@@ -156,6 +172,9 @@ def run_trial_child(path: Path, *, progress: TrialProgress | None = None,
     if timed_out:
         return TrialOutcome(False, f"a trial load did not finish in {timeout:.0f} s"
                             + _said(last_words(stderr_tail)), code, seconds=seconds, records=records)
+    if stalled:
+        return TrialOutcome(False, f"llama.cpp hung on it in a trial load (no progress for {quiet:.0f} s while "
+                            f"{stage})" + _said(last_words(stderr_tail)), code, seconds=seconds, records=records)
     final = records[-1] if records and records[-1].get("stage") == "done" else {}
     if code < 0:
         name = _signal_name(-code)

@@ -7,7 +7,8 @@ special tokens the vocabulary adds), decodes one small batch and one single toke
 and checks the logits are finite. A file that makes llama.cpp abort, or throw past
 its C API, kills this process instead of the app; the parent reads how it ended.
 
-Output: one JSON object per line on stdout (``stage`` loading / loaded / done);
+Output: one JSON object per line on stdout (``stage`` loading / tokenizing / decoding /
+done);
 llama.cpp's warnings and errors on stderr, where an abort's own message lands too.
 """
 
@@ -57,10 +58,12 @@ def run_trial(path: Path) -> dict:
     # the parent may be busy too, and llama.cpp's spinning workers slow to a crawl
     # when they outnumber free cores (a 16-token batch of the 135M demo model took
     # 4.5 s with 2 threads on 2 busy cores, 0.3 s with 1).
+    _emit({"stage": "loading", "fraction": 0.0})
     model = LlamaBackend(path, n_ctx=TRIAL_CTX, n_gpu_layers=0, n_threads=max(1, default_threads() // 2),
                          progress=progress)
     try:
-        _emit({"stage": "loaded", "n_vocab": model.n_vocab})
+        # Each step said before it runs: the parent tells a slow step from a hung one.
+        _emit({"stage": "tokenizing", "n_vocab": model.n_vocab})
         prompt: list[int] = []
         for text in SAMPLES:
             for add_special in (True, False):
@@ -73,6 +76,7 @@ def run_trial(path: Path) -> dict:
                     if add_special and not parse_special:
                         prompt += ids
         prompt = [t for t in prompt if 0 <= t < model.n_vocab][:TRIAL_BATCH] or [0]
+        _emit({"stage": "decoding", "tokens": len(prompt)})
         rows = [model.evaluate(prompt, list(range(len(prompt))))]
         for _ in range(TRIAL_SINGLES):
             rows.append(model.evaluate([int(np.argmax(rows[-1][-1]))], [0]))

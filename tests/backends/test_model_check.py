@@ -81,6 +81,21 @@ def test_a_trial_past_its_time_is_stopped(honest):
     assert time.perf_counter() - started < 10
 
 
+def test_a_hang_is_stopped_when_the_child_goes_quiet(tmp_path):
+    """RWKV's tokenizer loops forever on this vocabulary (a real llama.cpp hang, filling
+    memory as it goes). The validator refuses the file, so the child's copy of it is
+    switched off here: the stall limit alone must end the trial, naming the step."""
+    spec, _ = CASES["rwkv-prefix-without-token"]
+    path = write_model(tmp_path / "rwkv.gguf", spec)
+    (tmp_path / "sitecustomize.py").write_text(
+        "import app.engine.gguf_meta as m\nm.first_violation = lambda values, alignment: None\n")
+    started = time.perf_counter()
+    outcome = run_trial_child(path, quiet=2.0, env=dict(os.environ, PYTHONPATH=str(tmp_path)))
+    assert not outcome.ok
+    assert outcome.detail.startswith("llama.cpp hung on it in a trial load (no progress for 2 s while tokenizing)")
+    assert time.perf_counter() - started < 20
+
+
 def test_a_cancelled_trial_stops_at_once(honest):
     started = time.perf_counter()
     outcome = run_trial_child(honest, progress=lambda fraction: False)
