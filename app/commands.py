@@ -12,6 +12,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.engine.types import DrafterKind
 from app.prompt_files import read_jsonl, seed_field, text_field
 from app.terminal import (
     TerminalProgress,
@@ -45,7 +46,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     session = load(args, progress)
     try:
         compatibility = session.compatibility
-        if args.drafter == "model" and compatibility and not compatibility.ok and not args.no_speculation:
+        if args.drafter == DrafterKind.MODEL and compatibility and not compatibility.ok and not args.no_speculation:
             print(f"tandem: {compatibility.reason}; generating without speculation", file=sys.stderr)
         spec = spec_from(args)
         for job in jobs:

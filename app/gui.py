@@ -13,10 +13,11 @@ import sys
 from pathlib import Path
 
 from app.backends.build_check import BuildCheck, check_llama_build
+from app.engine.types import DrafterKind
 from app.logs import FILE_ONLY
 
 # Command-line model options (app.cli) and the defaults they have when not given.
-_OVERRIDES = (("target", "target_path", None), ("draft", "draft_path", None), ("drafter", "drafter", "model"),
+_OVERRIDES = (("target", "target_path", None), ("draft", "draft_path", None), ("drafter", "drafter", DrafterKind.MODEL),
               ("n_ctx", "n_ctx", 4096), ("threads", "n_threads", 0), ("gpu_layers", "target_gpu_layers", -1),
               ("draft_gpu_layers", "draft_gpu_layers", None), ("flash_attn", "flash_attention", "auto"))
 

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from app.arg_types import draft_max_value, real, seed_value, whole
-from app.engine.types import DRAFT_MAX_RANGE, SamplingConfig, SpecConfig
+from app.engine.types import DRAFT_MAX_RANGE, DrafterKind, SamplingConfig, SpecConfig
 from app.errors import TandemError
 from app.logs import FILE_ONLY
 
@@ -32,7 +32,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, in_command: bool = T
                        help="target GGUF, the model whose output you get (default: the demo target)")
     group.add_argument("--draft", "-md", "--model-draft", type=Path, metavar="GGUF", default=default(None),
                        help="draft GGUF, a small model of the same family (default: the demo draft)")
-    group.add_argument("--drafter", choices=["model", "lookup"], default=default("model"),
+    group.add_argument("--drafter", choices=[DrafterKind.MODEL.value, DrafterKind.LOOKUP.value],
+                       default=default(DrafterKind.MODEL.value),
                        help="draft with a model or with prompt lookup, no model (default: model)")
     group.add_argument("--n-ctx", "-c", "--ctx-size", type=whole(16, 2**24), metavar="N", default=default(4096),
                        help="context size in tokens (default: 4096)")
@@ -121,7 +122,8 @@ def model_spec(args: argparse.Namespace):
     from app.session.config import ModelSpec
 
     return ModelSpec(target_path=str(args.target) if args.target else "",
-                     draft_path=str(args.draft) if args.draft else "", drafter=args.drafter, n_ctx=args.n_ctx,
+                     draft_path=str(args.draft) if args.draft else "", drafter=DrafterKind(args.drafter),
+                     n_ctx=args.n_ctx,
                      target_gpu_layers=args.gpu_layers, draft_gpu_layers=draft_gpu_layers(args),
                      n_threads=args.threads, flash_attention=args.flash_attn)
 

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Callable
 
 from app.backends.llama_cpp_backend import LlamaBackend
 from app.backends.model_check import require_model_runs
 from app.engine.drafters import Drafter, LookupDrafter, ModelDrafter
 from app.engine.gguf_meta import Compatibility, check_compatibility, read_metadata
 from app.engine.speculative import SpeculativeEngine
+from app.engine.types import SPECULATION_OFF, DrafterKind
 
-DrafterKind = Literal["model", "lookup", "none"]
 # (what is loading, fraction done) -> False to cancel
 LoadProgress = Callable[[str, float], bool | None]
 
@@ -55,13 +55,13 @@ def _checked(path: str | Path, what: str, report: LoadProgress) -> Callable[[flo
 
 
 def load_pair(target_path: str | Path, draft_path: str | Path | None = None, *,
-              drafter: DrafterKind = "model", n_ctx: int = 4096, target_gpu_layers: int = -1,
+              drafter: DrafterKind = DrafterKind.MODEL, n_ctx: int = 4096, target_gpu_layers: int = -1,
               draft_gpu_layers: int = -1, n_threads: int = 0, flash_attention: str = "auto",
               progress: LoadProgress | None = None) -> LoadedPair:
     """Load the models. An incompatible draft is not loaded: the engine runs plain and says why."""
     report = progress or (lambda what, fraction: None)
     compatibility = None
-    if drafter == "model" and draft_path:
+    if drafter == DrafterKind.MODEL and draft_path:
         compatibility = check_pair(target_path, draft_path, trial=False)  # each is tried before it loads
     target = LlamaBackend(target_path, n_ctx=n_ctx, n_gpu_layers=target_gpu_layers,
                           n_threads=n_threads, flash_attention=flash_attention,
@@ -70,7 +70,7 @@ def load_pair(target_path: str | Path, draft_path: str | Path | None = None, *,
     chosen: Drafter | None = None
     note = ""
     try:
-        if drafter == "model" and draft_path:
+        if drafter == DrafterKind.MODEL and draft_path:
             if compatibility.ok:
                 draft_model = LlamaBackend(draft_path, n_ctx=target.n_ctx, n_gpu_layers=draft_gpu_layers,
                                            n_threads=n_threads, flash_attention=flash_attention,
@@ -79,12 +79,12 @@ def load_pair(target_path: str | Path, draft_path: str | Path | None = None, *,
                 chosen = ModelDrafter(draft_model, target.n_vocab, eog_ids=target.eog_ids)
             else:
                 note = compatibility.reason
-        elif drafter == "model":
+        elif drafter == DrafterKind.MODEL:
             note = "no draft model is set"
-        elif drafter == "lookup":
+        elif drafter == DrafterKind.LOOKUP:
             chosen = LookupDrafter(target.n_vocab, eog_ids=target.eog_ids)
         else:
-            note = "speculation is off"
+            note = SPECULATION_OFF
     except BaseException:
         target.close()
         raise

@@ -13,7 +13,7 @@ from typing import Callable, NamedTuple, Protocol, Sequence
 
 from app.engine.chat import conversation_prompt
 from app.engine.speculative import Generation
-from app.engine.types import SamplingConfig, SpecConfig
+from app.engine.types import DrafterKind, SamplingConfig, SpecConfig
 from app.storage.settings import Settings
 
 # (what is happening, fraction done in [0, 1] or -1 when unknown) -> False to cancel
@@ -128,7 +128,7 @@ def load_llama_models(spec: ModelSpec, progress: Progress) -> LlamaModels:
         target_name=Path(target).name, target_path=str(target),
         draft_name=Path(draft).name if pair.draft is not None else "",
         draft_path=str(draft) if pair.draft is not None else "",
-        drafter=pair.engine.drafter.name if speculating else "none",
+        drafter=pair.engine.drafter.kind if speculating else DrafterKind.NONE,
         speculation_available=speculating, note=pair.engine.note,
         failed_rule=compatibility.rule if compatibility is not None and not compatibility.ok else None,
         compute=system_info()["backend"])

@@ -25,7 +25,7 @@ from PySide6.QtCore import QCoreApplication, QElapsedTimer, QObject, QThread, QT
 
 from app.bridge.models import LoadCancelled, LoadedModels, LoadInfo, Loader, ModelSpec, load_llama_models
 from app.engine.chat import RenderStopped, stop_renders_on
-from app.engine.types import SamplingConfig, SpecConfig, Stats, TokenEvent
+from app.engine.types import SamplingConfig, SpecConfig, Stats, StopReason, TokenEvent
 from app.errors import TandemError
 from app.storage import load_marker
 
@@ -160,7 +160,7 @@ class EngineWorker(QObject):
             with stop_renders_on(request.cancel):
                 prompt = self._models.prompt(request.history, request.system_prompt, request.max_tokens)
         except RenderStopped:
-            self.finished.emit(request.id, Stats(stop_reason="cancelled"))
+            self.finished.emit(request.id, Stats(stop_reason=StopReason.CANCELLED))
             return
         except Exception as exc:  # noqa: BLE001
             if not isinstance(exc, TandemError):

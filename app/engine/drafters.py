@@ -17,7 +17,7 @@ import numpy as np
 
 from app.engine.backend import ModelBackend
 from app.engine.sampling import sample, warp
-from app.engine.types import SamplingConfig
+from app.engine.types import DrafterKind, SamplingConfig
 
 
 @dataclass
@@ -41,7 +41,7 @@ class Draft:
 
 
 class Drafter(Protocol):
-    name: str
+    kind: DrafterKind
     seconds: float  # time spent inside model calls, for the stats
 
     def prepare(self, context: Sequence[int]) -> None:
@@ -61,7 +61,7 @@ class Drafter(Protocol):
 class ModelDrafter:
     """Drafts with a small model whose vocabulary matches the target's."""
 
-    name = "model"
+    kind = DrafterKind.MODEL
 
     def __init__(self, model: ModelBackend, target_vocab: int, eog_ids: Sequence[int] = ()) -> None:
         self.model = model
@@ -159,7 +159,7 @@ class LookupDrafter:
     so a proposal costs the same after 100 tokens of chat as after 4,000.
     """
 
-    name = "lookup"
+    kind = DrafterKind.LOOKUP
 
     def __init__(self, target_vocab: int, ngram_max: int = 3, ngram_min: int = 1,
                  eog_ids: Sequence[int] = ()) -> None:

@@ -23,6 +23,7 @@ exactly as the target alone would draw it.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from typing import Iterator, Sequence
@@ -35,7 +36,8 @@ from app.engine.draft_policy import AutoDraftLength, DraftPolicy, FixedDraftLeng
 from app.engine.drafters import Draft, Drafter, LookupDrafter, common_prefix
 from app.engine.errors import ContextOverflowError
 from app.engine.sampling import greedy_accept, rejection_accept, sample, warp
-from app.engine.types import SamplingConfig, SpecConfig, Stats, TokenEvent, TokenKind
+from app.engine.types import (SPECULATION_OFF, DrafterKind, SamplingConfig, SpecConfig, Stats, StopReason,
+                              TokenEvent, TokenKind)
 
 
 class Generation:
@@ -76,11 +78,12 @@ class SpeculativeEngine:
                 "shorten it or raise the context size.")
         speculate = spec.enabled and self.drafter is not None
         stats = Stats(prompt_tokens=len(prompt), speculative=speculate,
-                      note="" if speculate else (self.note or "speculation is off"))
+                      note="" if speculate else (self.note or SPECULATION_OFF))
+        detok = StreamingDetokenizer(self.target.token_bytes)
         events = self._run(list(prompt), sampling, spec if speculate else None,
                            self.policy_for(spec) if policy is None else policy, max_tokens,
-                           cancel or threading.Event(), stats)
-        return Generation(events, stats)
+                           cancel or threading.Event(), detok, stats)
+        return Generation(_keeping_the_tail(events, detok), stats)
 
     def policy_for(self, spec: SpecConfig) -> DraftPolicy:
         """The policy ``spec.draft_max`` names: that fixed length, or this engine's auto
@@ -88,11 +91,11 @@ class SpeculativeEngine:
         return self._auto if spec.draft_max == "auto" else FixedDraftLength(int(spec.draft_max))
 
     def _run(self, committed: list[int], sampling: SamplingConfig, spec: SpecConfig | None,
-             policy: DraftPolicy, max_tokens: int, cancel: threading.Event, stats: Stats) -> Iterator[TokenEvent]:
+             policy: DraftPolicy, max_tokens: int, cancel: threading.Event, detok: StreamingDetokenizer,
+             stats: Stats) -> Iterator[TokenEvent]:
         target = self.target
         rng = np.random.default_rng(sampling.seed)
         masked = np.array(sorted(target.eog_ids), dtype=np.int64) if sampling.ignore_eos else None
-        detok = StreamingDetokenizer(target.token_bytes)
 
         started = time.perf_counter()
         self._prefill(committed, stats)
@@ -104,10 +107,10 @@ class SpeculativeEngine:
             while True:
                 room = min(max_tokens - emitted, target.n_ctx - len(committed))
                 if room <= 0:
-                    stats.stop_reason = "max_tokens" if emitted >= max_tokens else "context_full"
+                    stats.stop_reason = StopReason.MAX_TOKENS if emitted >= max_tokens else StopReason.CONTEXT_FULL
                     return
                 if cancel.is_set():
-                    stats.stop_reason = "cancelled"
+                    stats.stop_reason = StopReason.CANCELLED
                     return
 
                 # 1. Draft.
@@ -164,7 +167,7 @@ class SpeculativeEngine:
 
                 for event in self._events(draft, n_accepted, token, detok):
                     if event.id in target.eog_ids and masked is None:
-                        stats.stop_reason = "eos"
+                        stats.stop_reason = StopReason.EOS
                         return
                     emitted += 1
                     stats.tokens = emitted
@@ -179,7 +182,7 @@ class SpeculativeEngine:
                rng: np.random.Generator, copy_min: int) -> Draft:
         """What followed the latest earlier occurrence of the last ``copy_min`` tokens,
         when the drafter is a model (prompt lookup copies by itself)."""
-        if not copy_min or self.drafter.name == "lookup":
+        if not copy_min or self.drafter.kind is DrafterKind.LOOKUP:
             return Draft()
         if self._copier is None or self._copier.ngram_min != copy_min:
             self._copier = LookupDrafter(self.target.n_vocab, copy_min, copy_min, self.target.eog_ids)
@@ -218,3 +221,21 @@ class SpeculativeEngine:
             yield TokenEvent(token, detok.push(token), TokenKind.CORRECTED, draft_id=rejected,
                              draft_text=token_display_text(self.target.token_bytes(rejected)),
                              draft_prob=draft.probs[n_accepted])
+
+
+def _keeping_the_tail(events: Iterator[TokenEvent], detok: StreamingDetokenizer) -> Iterator[TokenEvent]:
+    """``events`` as they come, except that one after which the detokenizer holds part
+    of a character waits for the next: if the reply ends first, that last event takes
+    what was left (U+FFFD for a character cut short), so no byte of the reply is lost."""
+    held: TokenEvent | None = None
+    try:
+        for event in events:
+            if held is not None:
+                yield held
+            held = event if detok.pending else None
+            if held is None:
+                yield event
+        if held is not None:
+            yield dataclasses.replace(held, text=held.text + detok.flush())
+    finally:
+        events.close()  # a consumer that stops early still ends the run (its stats, its timers)

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from typing import Literal
 
+# The shared words live in a leaf module (the history uses them too, and imports no
+# engine); the engine's own are re-exported here, where its callers look for them.
+from app.vocabulary import DrafterKind, StopReason, TokenKind  # noqa: F401
 
-class TokenKind(str, enum.Enum):
-    """What happened to an emitted token (docs/ARCHITECTURE.md, "Token kinds")."""
-
-    ACCEPTED = "accepted"    # a draft guess the target agreed with
-    CORRECTED = "corrected"  # the target's token replacing a rejected guess
-    BONUS = "bonus"          # the target's extra token after a fully accepted draft
-    PLAIN = "plain"          # produced without speculation
+# Stats.note when speculation was off and nothing else explains why: a terminal says
+# it, the window (which shows "no speculation" anyway) leaves it out.
+SPECULATION_OFF = "speculation is off"
 
 
 @dataclass(frozen=True)
@@ -86,11 +84,19 @@ class Stats:
     prompt_seconds: float = 0.0
     draft_seconds: float = 0.0   # inside the draft model's llama.cpp calls
     target_seconds: float = 0.0  # inside the target model's llama.cpp calls
-    stop_reason: str = ""        # "eos", "max_tokens", "cancelled", "context_full"
+    stop_reason: StopReason | None = None  # None while it runs
     speculative: bool = False
     note: str = ""               # why speculation was off, when it was
     left_out: int = 0            # earliest messages of the chat left out to fit the context
     prompt_notice: str = ""      # the model's chat template failed: why, and that ChatML stood in
+
+    def __post_init__(self) -> None:
+        # Stats rebuilt from a stored record carry the reason as its text ('' for none).
+        if self.stop_reason is not None and not isinstance(self.stop_reason, StopReason):
+            try:
+                self.stop_reason = StopReason(self.stop_reason)
+            except ValueError:
+                self.stop_reason = None
 
     @property
     def acceptance(self) -> float:
@@ -147,7 +153,7 @@ class Stats:
             "draft_seconds": round(self.draft_seconds, 4),
             "target_seconds": round(self.target_seconds, 4),
             "python_seconds": round(self.python_seconds, 4),
-            "stop_reason": self.stop_reason,
+            "stop_reason": self.stop_reason or "",
             "speculative": self.speculative,
             "note": self.note,
             "left_out": self.left_out,

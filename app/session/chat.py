@@ -8,7 +8,7 @@ from typing import NamedTuple, Sequence
 
 from app.engine.chat import conversation_prompt, stop_renders_on
 from app.engine.speculative import Generation
-from app.engine.types import SamplingConfig, SpecConfig
+from app.engine.types import DrafterKind, SamplingConfig, SpecConfig
 
 
 @dataclass(frozen=True)
@@ -19,7 +19,7 @@ class LoadInfo:
     target_path: str
     draft_name: str = ""       # '' when no draft model is in use
     draft_path: str = ""
-    drafter: str = "none"      # "model", "lookup" or "none"
+    drafter: DrafterKind = DrafterKind.NONE
     speculation_available: bool = False
     note: str = ""             # why there is no speculation, when there is none
     failed_rule: str | None = None  # the compatibility rule a rejected draft failed

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.engine.types import COPY_MIN, SamplingConfig, SpecConfig
+from app.engine.types import COPY_MIN, DrafterKind, SamplingConfig, SpecConfig
 from app.storage.settings import Settings
 
 
@@ -16,7 +16,7 @@ class ModelSpec:
 
     target_path: str = ""
     draft_path: str = ""
-    drafter: str = "model"  # "model" | "lookup"
+    drafter: DrafterKind = DrafterKind.MODEL
     n_ctx: int = 4096
     target_gpu_layers: int = -1
     draft_gpu_layers: int = -1
@@ -26,7 +26,7 @@ class ModelSpec:
     @classmethod
     def from_settings(cls, settings: Settings) -> ModelSpec:
         return cls(target_path=settings.target_path, draft_path=settings.draft_path,
-                   drafter=settings.drafter, n_ctx=settings.n_ctx,
+                   drafter=DrafterKind(settings.drafter), n_ctx=settings.n_ctx,
                    target_gpu_layers=settings.target_gpu_layers,
                    draft_gpu_layers=settings.draft_gpu_layers, n_threads=settings.n_threads,
                    flash_attention=settings.flash_attention)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from app.engine.types import DrafterKind
 from app.session.chat import ChatSession, LoadInfo
 from app.session.config import ModelSpec
 
@@ -56,7 +57,7 @@ def load_session(spec: ModelSpec, progress: Progress | None = None) -> ChatSessi
         target_name=Path(target).name, target_path=str(target),
         draft_name=Path(draft).name if pair.draft is not None else "",
         draft_path=str(draft) if pair.draft is not None else "",
-        drafter=pair.engine.drafter.name if speculating else "none",
+        drafter=pair.engine.drafter.kind if speculating else DrafterKind.NONE,
         speculation_available=speculating, note=pair.engine.note,
         failed_rule=compatibility.rule if compatibility is not None and not compatibility.ok else None,
         compute=system_info()["backend"])

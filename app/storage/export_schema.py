@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 from app.storage.errors import ImportRefused
+from app.storage.history import ROLES, STATUSES, TOKEN_KINDS
 
 FORMAT = "tandem-conversation"
 VERSION = 1
@@ -25,9 +26,6 @@ MAX_TOKENS_PER_MESSAGE = 1_000_000
 MAX_DIGITS = 30                  # no count or time in an export is longer
 MAX_DEPTH = 32                   # meta and stats are flat; some room for what a tool adds
 MAX_TIME = 1e11                  # seconds since 1970: year 5138; beyond, localtime() fails
-ROLES = ("user", "assistant", "system")
-STATUSES = ("complete", "streaming", "interrupted", "stopped")
-TOKEN_KINDS = ("accepted", "corrected", "bonus", "plain")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 # Stats written by the app (``Stats`` fields, the figures derived from them, "error"):

@@ -18,14 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from app.vocabulary import MessageState, TokenKind
 from app.storage import paths
 from app.storage.errors import ImportCancelled, StorageError
 from app.storage.files import move_aside
 from app.storage.schema import SCHEMA_VERSION, migrate, schema_version
 
 ROLES = ("user", "assistant", "system")
-TOKEN_KINDS = ("accepted", "corrected", "bonus", "plain")
-STATUSES = ("complete", "streaming", "interrupted", "stopped")
+TOKEN_KINDS = tuple(kind.value for kind in TokenKind)
+STATUSES = tuple(state.value for state in MessageState if state is not MessageState.FAILED)  # failed: never stored
 COMMIT_INTERVAL_S = 0.5
 TITLE_CHARS = 60
 IMPORT_BATCH = 2000  # messages between progress reports (and chances to stop) of an import

@@ -36,7 +36,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.types import SamplingConfig, SpecConfig, Stats, TokenEvent
+from app.engine.detokenize import visible
+from app.engine.types import SamplingConfig, SpecConfig, Stats, StopReason, TokenEvent
 from app.ui.message_view import ASSISTANT, FAILED, STOPPED, STREAMING, ChatMessage
 from app.ui.reply_charts import ReplyStatsView, TokenArrivals
 from app.ui.stats_format import percent, rate
@@ -96,11 +97,11 @@ def first_difference(spec: Sequence[TokenEvent], plain: Sequence[TokenEvent]) ->
     return None
 
 
-def visible(text: str | None, token_id: int | None = None) -> str:
-    """A token's text as a reader can see it: quoted, line breaks and tabs shown."""
+def _token_shown(text: str | None, token_id: int | None = None) -> str:
+    """One side of a difference: the token's text made visible, and its id when known."""
     if text is None:
         return "(the reply had ended)"
-    shown = ("“" + text.replace("\n", "↵").replace("\t", "⇥") + "”") if text else "(part of a character)"
+    shown = visible(text) if text else "(part of a character)"
     return shown + (f" (token {token_id})" if token_id is not None else "")
 
 
@@ -162,8 +163,8 @@ class Comparison:
         d = self.difference
         if d is None:
             return ""
-        return (f"First difference at token {d.index + 1}: speculative {visible(d.spec_text, d.spec_id)}, "
-                f"plain {visible(d.plain_text, d.plain_id)}.")
+        return (f"First difference at token {d.index + 1}: speculative {_token_shown(d.spec_text, d.spec_id)}, "
+                f"plain {_token_shown(d.plain_text, d.plain_id)}.")
 
 
 # --- the dialog -----------------------------------------------------------------------------
@@ -470,7 +471,7 @@ class CompareController(QObject):
         if run is None or request_id != run.request_id:
             return
         self._run = None
-        if plain_stats.stop_reason == "cancelled":
+        if plain_stats.stop_reason == StopReason.CANCELLED:
             if self.dialog is not None:
                 self.dialog.show_cancelled(len(run.plain_events))
             self.comparison_cancelled.emit(len(run.plain_events))

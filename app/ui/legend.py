@@ -7,7 +7,7 @@ from PySide6.QtGui import QAction, QTextFormat
 from PySide6.QtWidgets import QCheckBox, QGridLayout, QLabel, QWidget
 
 from app.engine.types import TokenKind
-from app.ui.token_style import KIND_DESCRIPTIONS, KIND_LABELS, TokenStyle
+from app.ui.token_style import KIND_DESCRIPTIONS, TokenStyle
 
 LEGEND_ORDER = (TokenKind.ACCEPTED, TokenKind.CORRECTED, TokenKind.BONUS, TokenKind.PLAIN)
 
@@ -23,7 +23,7 @@ class TokenLegend(QWidget):
         layout.setHorizontalSpacing(12)
         layout.setVerticalSpacing(4)
         for i, kind in enumerate(LEGEND_ORDER):
-            sample = QLabel(KIND_LABELS[kind], self)
+            sample = QLabel(kind.value, self)  # the kind's own name is its label
             sample.setObjectName(f"legend_{kind.value}")
             sample.setTextFormat(Qt.TextFormat.PlainText)
             sample.setToolTip(KIND_DESCRIPTIONS[kind])

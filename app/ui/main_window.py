@@ -42,7 +42,8 @@ from app.bridge.async_glue import PairChecker
 from app.bridge.gpu_poller import GpuPoller
 from app.bridge.models import LoadInfo, ModelSpec
 from app.bridge.worker import EngineClient
-from app.engine.types import COPY_MIN, SamplingConfig, SpecConfig, Stats, TokenEvent
+from app.engine.types import (COPY_MIN, SPECULATION_OFF, DrafterKind, SamplingConfig, SpecConfig, Stats, StopReason,
+                              TokenEvent)
 from app.errors import TandemError
 from app.storage import load_marker
 from app.storage.settings import LoadedSettings, Settings, load_settings, save_settings
@@ -337,7 +338,7 @@ class MainWindow(QMainWindow):
         for request_id, reply in replies.items():
             stats = self._live_stats.pop(request_id, None)
             if stats is not None:
-                stats.stop_reason = "cancelled"
+                stats.stop_reason = StopReason.CANCELLED
             reply.finish(stats, STOPPED)
             self.reply_finished.emit(reply)
         self._live_stats.clear()
@@ -386,7 +387,7 @@ class MainWindow(QMainWindow):
         self._live_stats.pop(request_id, None)
         if reply is None:
             return
-        reply.finish(stats, STOPPED if stats.stop_reason == "cancelled" else COMPLETE)
+        reply.finish(stats, STOPPED if stats.stop_reason == StopReason.CANCELLED else COMPLETE)
         self.side_panel.stats.show_stats(stats, live=False)
         self._show_prompt_notice(stats)
         self.reply_finished.emit(reply)
@@ -496,7 +497,7 @@ class MainWindow(QMainWindow):
     def _on_loaded(self, info: LoadInfo) -> None:
         self.load_banner.hide()
         self.composer.set_ready(True)
-        drafter = ("prompt lookup" if info.drafter == "lookup" else f"draft {info.draft_name}"
+        drafter = ("prompt lookup" if info.drafter == DrafterKind.LOOKUP else f"draft {info.draft_name}"
                    if info.draft_name else "no draft")
         self.model_label.setText(f"{info.target_name} · {drafter} · {info.compute}")
         self.setWindowTitle(f"{APP_NAME} — {info.target_name}")
@@ -506,7 +507,7 @@ class MainWindow(QMainWindow):
             self.notices.show_notice(
                 "draft", f"{info.note} (failed rule: {info.failed_rule}). "
                          "Chatting continues without speculation.", WARNING)
-        elif not info.speculation_available and info.note and info.note != "speculation is off":
+        elif not info.speculation_available and info.note and info.note != SPECULATION_OFF:
             self.notices.show_notice("draft", f"Speculation unavailable: {info.note}.", INFO)
         else:
             self.notices.clear("draft")

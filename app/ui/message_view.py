@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.types import Stats, TokenEvent, TokenKind
+from app.vocabulary import MessageState
 from app.ui.stats_format import message_summary
 from app.ui.token_style import TokenStyle, corrected_tooltip
 
@@ -31,8 +32,9 @@ USER, ASSISTANT = "user", "assistant"
 # streaming: tokens still arriving; complete/stopped: done (kept in the conversation);
 # failed: an error ended it before any useful text (left out of the conversation);
 # interrupted: restored from history, cut off when the app quit mid-reply (kept, marked).
-STREAMING, COMPLETE, STOPPED, FAILED = "streaming", "complete", "stopped", "failed"
-INTERRUPTED = "interrupted"
+STREAMING, COMPLETE, STOPPED, FAILED, INTERRUPTED = (MessageState.STREAMING, MessageState.COMPLETE,
+                                                     MessageState.STOPPED, MessageState.FAILED,
+                                                     MessageState.INTERRUPTED)
 STATE_LABELS = {STREAMING: "writing…", STOPPED: "stopped", FAILED: "failed", INTERRUPTED: "interrupted"}
 STATE_TIPS = {INTERRUPTED: "Tandem closed before this reply was finished; this is what was saved."}
 
@@ -172,7 +174,7 @@ class ChatMessage(QFrame):
         self._plain_text.extend(e.text for e in events)
         self._insert(events)
 
-    def finish(self, stats: Stats | None, status: str = COMPLETE) -> None:
+    def finish(self, stats: Stats | None, status: MessageState = COMPLETE) -> None:
         self.stats = stats
         self.status = status
         self.request_id = None

@@ -12,8 +12,10 @@ from importlib.resources import files
 
 from PySide6.QtGui import QIcon, QPixmap
 
+from app.engine.types import TokenKind
+
 ICON_SIZES = (16, 32, 48, 64, 128, 256, 512)
-TOKEN_KINDS = ("plain", "accepted", "corrected", "bonus")
+TOKEN_KINDS = tuple(kind.value for kind in TokenKind)  # the palette has a colour for each
 
 _PACKAGE = "app.resources"
 

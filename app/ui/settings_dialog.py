@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.types import DRAFT_MAX_RANGE
+from app.engine.types import DRAFT_MAX_RANGE, DrafterKind
 from app.errors import TandemError
 from app.storage.settings import Settings, options
 
@@ -51,7 +51,7 @@ PAGES = {
     "Hardware": ("target_gpu_layers", "draft_gpu_layers", "n_ctx", "n_threads", "flash_attention"),
     "System prompt": ("system_prompt",),
 }
-DRAFTERS = (("Draft model", "model"), ("Prompt lookup (no draft model)", "lookup"))
+DRAFTERS = (("Draft model", DrafterKind.MODEL.value), ("Prompt lookup (no draft model)", DrafterKind.LOOKUP.value))
 FLASH_ATTENTION = (("Automatic (off on a CPU)", "auto"), ("On", "on"), ("Off", "off"))
 GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
 _CHECK_DELAY_MS = 300  # typing a path should not fire a check per keystroke
@@ -218,7 +218,7 @@ class SettingsDialog(QDialog):
 
     def _pair_to_check(self) -> tuple[str, str] | None:
         target, draft = self.editors["target_path"].text(), self.editors["draft_path"].text()
-        if _get_value(self.editors["drafter"]) != "model" or not target or not draft:
+        if _get_value(self.editors["drafter"]) != DrafterKind.MODEL or not target or not draft:
             return None
         return target, draft
 
@@ -228,7 +228,7 @@ class SettingsDialog(QDialog):
         if pair is None:
             drafter = _get_value(self.editors["drafter"])
             self.compat_label.setText(
-                "Prompt lookup copies from the conversation; it needs no draft model." if drafter == "lookup"
+                "Prompt lookup copies from the conversation; it needs no draft model." if drafter == DrafterKind.LOOKUP
                 else "Empty fields use the demo pair." if not self.editors["target_path"].text()
                 else "No draft model: replies are decoded without speculation.")
             self.compat_label.setStyleSheet("")
@@ -244,7 +244,7 @@ class SettingsDialog(QDialog):
             self.compatibility_check_requested.emit(*pair)
 
     def _update_enabled(self) -> None:
-        uses_model = _get_value(self.editors["drafter"]) == "model"
+        uses_model = _get_value(self.editors["drafter"]) == DrafterKind.MODEL
         self.editors["draft_path"].setEnabled(uses_model)
         self.editors["draft_gpu_layers"].setEnabled(uses_model)
         speculating = self.editors["speculation"].isChecked()

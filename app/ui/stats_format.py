@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from app.engine.chat import left_out_text
-from app.engine.types import Stats
+from app.engine.types import SPECULATION_OFF, Stats, StopReason
 
 STOP_REASONS = {
-    "eos": "finished",
-    "max_tokens": "reached the reply length limit",
-    "cancelled": "stopped",
-    "context_full": "context full",
+    StopReason.EOS: "finished",
+    StopReason.MAX_TOKENS: "reached the reply length limit",
+    StopReason.CANCELLED: "stopped",
+    StopReason.CONTEXT_FULL: "context full",
 }
 
 
@@ -29,9 +29,9 @@ def message_summary(stats: Stats) -> str:
                   f"{stats.tokens_per_round:.2f} tokens/round",
                   f"{stats.accepted}/{stats.drafted} drafts accepted"]
     else:
-        parts.append("no speculation" + (f" ({stats.note})" if stats.note and stats.note != "speculation is off" else ""))
+        parts.append("no speculation" + (f" ({stats.note})" if stats.note and stats.note != SPECULATION_OFF else ""))
     reason = STOP_REASONS.get(stats.stop_reason)
-    if reason and stats.stop_reason != "eos":
+    if reason and stats.stop_reason != StopReason.EOS:
         parts.append(reason)
     if stats.left_out:
         parts.append(left_out_text(stats.left_out))

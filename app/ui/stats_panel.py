@@ -6,7 +6,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFormLayout, QLabel, QVBoxLayout, QWidget
 
 from app.bridge.models import LoadInfo
-from app.engine.types import Stats
+from app.engine.types import DrafterKind, Stats
 from app.ui.stats_format import STOP_REASONS, percent
 
 DASH = "—"
@@ -77,7 +77,7 @@ class StatsPanel(QWidget):
             return
         self.target_label.setText(info.target_name)
         self.target_label.setToolTip(info.target_path)
-        if info.drafter == "lookup":
+        if info.drafter == DrafterKind.LOOKUP:
             self.draft_label.setText("prompt lookup (no model)")
         else:
             self.draft_label.setText(info.draft_name or "none")

@@ -28,7 +28,7 @@ from PySide6.QtWidgets import QApplication
 from app.bridge.models import ChatPrompt, LoadInfo
 from app.bridge.worker import EngineClient
 from app.engine.speculative import Generation
-from app.engine.types import SamplingConfig, SpecConfig, Stats, TokenEvent, TokenKind
+from app.engine.types import DrafterKind, SamplingConfig, SpecConfig, Stats, StopReason, TokenEvent, TokenKind
 
 TICK_MS = 5
 BUDGET_MS = 50.0
@@ -55,7 +55,7 @@ class SyntheticEngine:
         emitted = 0
         while emitted < total:
             if cancel.is_set():
-                stats.stop_reason = "cancelled"
+                stats.stop_reason = StopReason.CANCELLED
                 return
             delay = started + (emitted + ROUND) / self.rate - time.perf_counter()
             if delay > 0:
@@ -68,7 +68,7 @@ class SyntheticEngine:
                 stats.seconds = time.perf_counter() - started
             stats.drafted += ROUND - 1
             stats.accepted += ROUND - 1 if stats.rounds % 4 else ROUND - 3
-        stats.stop_reason = "max_tokens"
+        stats.stop_reason = StopReason.MAX_TOKENS
 
     @staticmethod
     def _token(n: int, in_round: int) -> TokenEvent:
@@ -83,7 +83,7 @@ class SyntheticEngine:
 class SyntheticModels:
     def __init__(self, rate: float, seconds: float) -> None:
         self.engine = SyntheticEngine(rate, seconds)
-        self.info = LoadInfo(target_name="synthetic stream", target_path="", drafter="model",
+        self.info = LoadInfo(target_name="synthetic stream", target_path="", drafter=DrafterKind.MODEL,
                              draft_name="synthetic draft", speculation_available=True)
 
     def prompt(self, history: Sequence[tuple[str, str]], system_prompt: str, max_tokens: int) -> ChatPrompt:

@@ -10,6 +10,7 @@ import html
 
 from PySide6.QtGui import QColor, QPalette, QTextCharFormat, QTextFormat
 
+from app.engine.detokenize import visible
 from app.engine.types import TokenEvent, TokenKind
 from app.ui.resources import token_palette
 
@@ -18,12 +19,6 @@ DRAFT_TEXT_PROPERTY = QTextFormat.Property.UserProperty + 2
 DRAFT_PROB_PROPERTY = QTextFormat.Property.UserProperty + 3
 TARGET_TEXT_PROPERTY = QTextFormat.Property.UserProperty + 4
 
-KIND_LABELS = {
-    TokenKind.ACCEPTED: "accepted",
-    TokenKind.CORRECTED: "corrected",
-    TokenKind.BONUS: "bonus",
-    TokenKind.PLAIN: "plain",
-}
 KIND_DESCRIPTIONS = {
     TokenKind.ACCEPTED: "The draft guessed it and the target agreed.",
     TokenKind.CORRECTED: "The target rejected the draft's guess and wrote this instead (underlined).",
@@ -70,12 +65,6 @@ class TokenStyle:
             fmt.setFontUnderline(True)
             fmt.setUnderlineColor(self.colours[kind])
         return fmt
-
-
-def visible(text: str) -> str:
-    """A token's text with its edges and invisible characters made visible."""
-    shown = text.replace("\n", "⏎").replace("\t", "⇥").replace("\r", "")
-    return f"“{shown}”"
 
 
 def corrected_tooltip(fmt: QTextCharFormat) -> str | None:
