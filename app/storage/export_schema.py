@@ -2,7 +2,7 @@
 
 An export is other people's data: a shared file, perhaps crafted. Every field the
 history keeps is checked for its type, its range and its size here, and the first one
-that is wrong refuses the whole file with its path (``messages[12].tokens[3].p``), so
+that is wrong refuses the whole file with its path (``messages[12].tokens[3].draft_prob``), so
 an import is all or nothing and nothing malformed reaches the history (where, before,
 one bad conversation could break every later start).
 """
@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from app.storage.errors import ImportRefused
-from app.storage.history import ROLES, STATUSES, TOKEN_KINDS
+from app.storage.history import ROLES, STATUSES, TOKEN_KEYS, TOKEN_KINDS, readable_key
 
 FORMAT = "tandem-conversation"
 VERSION = 1
@@ -127,19 +127,31 @@ def _message(item: Any, path: str) -> dict[str, Any]:
 
 
 def _token(record: Any, path: str) -> dict[str, Any]:
+    """A token, stored with the readable keys. Exports from before them spell the keys
+    t, k, d, p; both read, and a refusal names a field as the file spells it."""
     if not isinstance(record, dict):
-        _refuse(path, 'must be an object like {"t": text, "k": kind}')
-    unknown = set(record) - {"t", "k", "d", "p"}
+        _refuse(path, 'must be an object like {"text": text, "kind": kind}')
+    spelled = {readable_key(key): key for key in record}  # readable name -> as written
+    if len(spelled) < len(record):
+        _refuse(path, "names a field twice (short and in full)")
+    unknown = sorted(str(key) for name, key in spelled.items() if name not in TOKEN_KEYS)
     if unknown:
-        _refuse(f"{path}.{sorted(unknown)[0]}", "is not a token field (t, k, d, p)")
-    checked = {"t": _text(_field(record, "t", path), f"{path}.t", MAX_TEXT_CHARS),
-               "k": record.get("k", "plain")}
-    if checked["k"] not in TOKEN_KINDS:
-        _refuse(f"{path}.k", f"must be one of {', '.join(TOKEN_KINDS)}, got {_shown(checked['k'])}")
-    if record.get("d") is not None:
-        checked["d"] = _text(record["d"], f"{path}.d", MAX_TEXT_CHARS)
-    if record.get("p") is not None:
-        checked["p"] = _number(record["p"], f"{path}.p", 0.0, 1.0)
+        _refuse(f"{path}.{unknown[0]}", f"is not a token field ({', '.join(TOKEN_KEYS)})")
+
+    def at(name: str) -> str:
+        return f"{path}.{spelled.get(name, name)}"
+
+    def value(name: str, default: Any = None) -> Any:
+        return record.get(spelled.get(name, name), default)
+
+    checked = {"text": _text(_field(record, spelled.get("text", "text"), path), at("text"), MAX_TEXT_CHARS),
+               "kind": value("kind", "plain")}
+    if checked["kind"] not in TOKEN_KINDS:
+        _refuse(at("kind"), f"must be one of {', '.join(TOKEN_KINDS)}, got {_shown(checked['kind'])}")
+    if value("draft_text") is not None:
+        checked["draft_text"] = _text(value("draft_text"), at("draft_text"), MAX_TEXT_CHARS)
+    if value("draft_prob") is not None:
+        checked["draft_prob"] = _number(value("draft_prob"), at("draft_prob"), 0.0, 1.0)
     return checked
 
 

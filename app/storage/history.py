@@ -37,20 +37,40 @@ _SQLITE_CORRUPT = 11
 _SQLITE_NOTADB = 26
 _SQLITE_HEADER = b"SQLite format 3\x00"
 
-TokenRecord = dict[str, Any]  # {"t": text, "k": kind} plus "d": draft text, "p": draft prob
+# One stored token: {"text", "kind"}, plus what the draft proposed ("draft_text",
+# "draft_prob") for a corrected one. Histories and exports from before these keys
+# spelled them "t", "k", "d", "p"; ``readable_token`` renames those as they are read.
+TokenRecord = dict[str, Any]
+TOKEN_KEYS = ("text", "kind", "draft_text", "draft_prob")
+_SHORT_TOKEN_KEYS = {"t": "text", "k": "kind", "d": "draft_text", "p": "draft_prob"}
 
 
 def token_record(text: str, kind: str, draft_text: str | None = None,
                  draft_prob: float | None = None) -> TokenRecord:
-    """One stored token. ``d``/``p`` (what the draft proposed) only matter for 'corrected'."""
+    """One stored token. ``draft_text``/``draft_prob`` only matter for 'corrected'."""
     if kind not in TOKEN_KINDS:
         raise ValueError(f"unknown token kind {kind!r}")
-    record: TokenRecord = {"t": text, "k": kind}
+    record: TokenRecord = {"text": text, "kind": kind}
     if draft_text is not None:
-        record["d"] = draft_text
+        record["draft_text"] = draft_text
     if draft_prob is not None:
-        record["p"] = draft_prob
+        record["draft_prob"] = draft_prob
     return record
+
+
+def readable_key(key: Any) -> Any:
+    """A token field's readable name, for either spelling of it."""
+    return _SHORT_TOKEN_KEYS.get(key, key)
+
+
+def readable_tokens(records: Any) -> Any:
+    """Stored token records with the readable keys, however they were stored; anything
+    that is not a record is passed on for the reader to judge."""
+    if not isinstance(records, list):
+        return records
+    return [{readable_key(key): value for key, value in record.items()}
+            if isinstance(record, dict) and any(key in _SHORT_TOKEN_KEYS for key in record) else record
+            for record in records]
 
 
 @dataclass(frozen=True)
@@ -225,7 +245,7 @@ class HistoryStore:
             rows = reversed(self._db.execute(
                 f"SELECT {columns} FROM messages WHERE conversation_id = ? ORDER BY id DESC LIMIT ?",
                 (conversation_id, max(0, last))).fetchall())
-        return [StoredMessage(id=r[0], conversation_id=r[1], role=r[2], text=r[3], tokens=_loads(r[4], []),
+        return [StoredMessage(id=r[0], conversation_id=r[1], role=r[2], text=r[3], tokens=readable_tokens(_loads(r[4], [])),
                               status=r[5], meta=_loads(r[6], {}), stats=_loads(r[7], {}),
                               created_at=r[8], updated_at=r[9] if r[9] is not None else r[8])
                 for r in rows]
@@ -364,7 +384,7 @@ class ReplyWriter:
             raise RuntimeError("reply already finished")
         for record in tokens:
             self.tokens.append(record)
-            self._text_parts.append(record["t"])
+            self._text_parts.append(record["text"])
             self._dirty = True
 
     def _write(self, stats: dict[str, Any] | None = None, status: str | None = None) -> None:

@@ -474,16 +474,16 @@ def events_from_records(records: Any, text: Any) -> list[TokenEvent]:
     record of the right types is left out (the reply then shows as plain text)."""
     events = []
     for record in records if isinstance(records, list) else ():
-        if not isinstance(record, dict) or not isinstance(record.get("t", ""), str):
+        if not isinstance(record, dict) or not isinstance(record.get("text", ""), str):
             continue
         try:
-            kind = TokenKind(record.get("k", "plain"))
+            kind = TokenKind(record.get("kind", "plain"))
         except (ValueError, TypeError):
             kind = TokenKind.PLAIN
-        draft_text = record.get("d") if isinstance(record.get("d"), str) else None
-        prob = record.get("p")
+        draft_text = record.get("draft_text") if isinstance(record.get("draft_text"), str) else None
+        prob = record.get("draft_prob")
         draft_prob = float(prob) if _finite(prob) else None
-        events.append(TokenEvent(-1, record.get("t", ""), kind, draft_text=draft_text, draft_prob=draft_prob))
+        events.append(TokenEvent(-1, record.get("text", ""), kind, draft_text=draft_text, draft_prob=draft_prob))
     if "".join(e.text for e in events) != text and isinstance(text, str):
         events = [TokenEvent(-1, text, TokenKind.PLAIN)] if text else []  # records lost: the text is right
     return events

@@ -123,7 +123,7 @@ def test_sigkill_while_streaming_loses_under_a_second(tmp_path, tandem_home, cra
         expected = [token(run, i) for i in range(max(generated, stored))]
         assert reply.status == "interrupted"
         assert reply.tokens == expected[:stored]
-        assert reply.text == "".join(t["t"] for t in expected[:stored])
+        assert reply.text == "".join(t["text"] for t in expected[:stored])
         # Everything the child saw committed is there; at most the token being printed is extra.
         assert reported <= stored <= generated + 1, (reported, stored, generated)
 
@@ -131,7 +131,7 @@ def test_sigkill_while_streaming_loses_under_a_second(tmp_path, tandem_home, cra
         # Measured on the child's own clock, so a busy machine stalling it does not count.
         lost_seconds = max(0.0, generated_at - reply.updated_at) if generated > stored else 0.0
         lost_tokens = max(0, generated - stored)
-        lost_chars = len("".join(t["t"] for t in expected[stored:generated]))
+        lost_chars = len("".join(t["text"] for t in expected[stored:generated]))
         assert lost_seconds < 2 * COMMIT_INTERVAL_S, f"run {run}: lost {lost_seconds:.3f}s (seed {seed})"
         worst_seconds = max(worst_seconds, lost_seconds)
         worst_tokens = max(worst_tokens, lost_tokens)

@@ -41,8 +41,8 @@ def test_json_round_trip_keeps_everything(store, conversation):
     assert (exported.created_at, exported.updated_at) == (summary.created_at, summary.updated_at)
     assert exported.messages == messages
     reply = exported.messages[2]
-    assert [t["k"] for t in reply.tokens] == ["accepted", "corrected", "bonus"]
-    assert reply.tokens[1] == {"t": " there", "k": "corrected", "d": " their", "p": 0.3125}
+    assert [t["kind"] for t in reply.tokens] == ["accepted", "corrected", "bonus"]
+    assert reply.tokens[1] == {"text": " there", "kind": "corrected", "draft_text": " their", "draft_prob": 0.3125}
     assert reply.meta["draft"] == "d.gguf" and reply.stats["tokens_per_second"] == 51.25
 
 

@@ -165,7 +165,7 @@ def test_a_streamed_reply_commits_at_most_every_interval(store):
 
     [_, reply] = store.messages(conversation)
     assert (reply.text, reply.status, reply.stats) == ("one two three four.", "complete", {"tokens": 4})
-    assert [t["k"] for t in reply.tokens] == ["accepted", "accepted", "bonus", "plain", "plain"]
+    assert [t["kind"] for t in reply.tokens] == ["accepted", "accepted", "bonus", "plain", "plain"]
     with pytest.raises(RuntimeError):
         writer.append([token_record("late", "plain")])
 

@@ -243,7 +243,7 @@ def test_export_markdown_and_json_from_the_window(history_window, qtbot, tmp_pat
     exported = from_json(chosen.read_text(encoding="utf-8"))
     assert exported.title == "Export me"
     user, reply = exported.messages
-    assert [(t["t"], t["k"]) for t in reply.tokens] == [(e.text, e.kind.value) for e in MIXED]
+    assert [(t["text"], t["kind"]) for t in reply.tokens] == [(e.text, e.kind.value) for e in MIXED]
     assert reply.stats["tokens"] == 4 and reply.meta["target"] == "scripted.gguf"
     assert json.loads(chosen.read_text(encoding="utf-8"))["format"] == "tandem-conversation"
 
