@@ -19,6 +19,14 @@ Acceptance (``sampling.py``): greedy keeps d_i while it equals the target's
 argmax; sampled keeps d_i with probability min(1, p(d_i)/q(d_i)) and on the first
 rejection draws from norm(max(0, p - q)), so every emitted token is distributed
 exactly as the target alone would draw it.
+
+Draft lengths (``draft_policy.py``): a reply is handed one policy, a fixed length
+or auto, which plans each round and learns from what it cost and what was kept.
+Copies teach it nothing: they say nothing about the draft model's guesses.
+
+Text (``detokenize.py``): a character can span tokens, so each event carries the
+characters its token completed; a reply that ends mid-character gives what is
+left to its last token (U+FFFD) rather than dropping it.
 """
 
 from __future__ import annotations
