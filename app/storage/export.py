@@ -20,6 +20,7 @@ from app.storage.errors import ImportRefused
 from app.storage.export_schema import FORMAT, VERSION, check_export, parse_export_json
 from app.storage.history import ConversationSummary, HistoryStore, StoredMessage
 from app.storage.safe_json import UnreadableFile, read_regular_file
+from app.vocabulary import MessageState
 
 EXPORT_FORMAT = FORMAT
 EXPORT_VERSION = VERSION
@@ -153,7 +154,7 @@ def _escape_html(match: re.Match) -> str:
 
 def _footnote(message: StoredMessage) -> str:
     notes = []
-    if message.status != "complete":
+    if message.status != MessageState.COMPLETE:
         notes.append(f"reply {message.status}")
     # Stats come from whichever engine version wrote them: show the figures that are there.
     stats = {key: value for key, value in message.stats.items() if isinstance(value, (int, float))}

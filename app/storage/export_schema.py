@@ -16,6 +16,7 @@ from typing import Any
 
 from app.storage.errors import ImportRefused
 from app.storage.history import ROLES, STATUSES, TOKEN_KEYS, TOKEN_KINDS, readable_key
+from app.vocabulary import MessageState
 
 FORMAT = "tandem-conversation"
 VERSION = 1
@@ -103,7 +104,7 @@ def _message(item: Any, path: str) -> dict[str, Any]:
     role = _field(item, "role", path)
     if role not in ROLES:
         _refuse(f"{path}.role", f"must be one of {', '.join(ROLES)}, got {_shown(role)}")
-    status = item.get("status", "complete")
+    status = item.get("status", MessageState.COMPLETE.value)
     if status not in STATUSES:
         _refuse(f"{path}.status", f"must be one of {', '.join(STATUSES)}, got {_shown(status)}")
     tokens = item.get("tokens", [])

@@ -90,7 +90,7 @@ class StoredMessage:
     text: str
     # Empty for messages without records (user text, replies from schema v1): show as plain.
     tokens: list[TokenRecord] = field(default_factory=list)
-    status: str = "complete"
+    status: str = MessageState.COMPLETE
     meta: dict[str, Any] = field(default_factory=dict)   # models and settings it came from
     stats: dict[str, Any] = field(default_factory=dict)
     created_at: float = 0.0
@@ -215,7 +215,7 @@ class HistoryStore:
 
     def add_message(self, conversation_id: int, role: str, text: str, tokens: list[TokenRecord] | None = None,
                     meta: dict[str, Any] | None = None, stats: dict[str, Any] | None = None,
-                    status: str = "complete") -> int:
+                    status: str = MessageState.COMPLETE) -> int:
         """Store a whole message. A first user message names an untitled conversation."""
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}")
@@ -245,7 +245,8 @@ class HistoryStore:
             rows = reversed(self._db.execute(
                 f"SELECT {columns} FROM messages WHERE conversation_id = ? ORDER BY id DESC LIMIT ?",
                 (conversation_id, max(0, last))).fetchall())
-        return [StoredMessage(id=r[0], conversation_id=r[1], role=r[2], text=r[3], tokens=readable_tokens(_loads(r[4], [])),
+        return [StoredMessage(id=r[0], conversation_id=r[1], role=r[2], text=r[3],
+                              tokens=readable_tokens(_loads(r[4], [])),
                               status=r[5], meta=_loads(r[6], {}), stats=_loads(r[7], {}),
                               created_at=r[8], updated_at=r[9] if r[9] is not None else r[8])
                 for r in rows]
@@ -265,7 +266,7 @@ class HistoryStore:
                 if role_or_status not in allowed:
                     raise ValueError(f"unknown role or status {role_or_status!r}")
             # A reply exported mid-stream will never finish here.
-            status = "interrupted" if message.status == "streaming" else message.status
+            status = MessageState.INTERRUPTED if message.status == MessageState.STREAMING else message.status
             rows.append((message.role, message.text, _dumps(message.tokens), status, _dumps(message.meta),
                          _dumps(message.stats)))
             if done % IMPORT_BATCH == 0 and report(done, total) is False:
@@ -300,7 +301,7 @@ class HistoryStore:
                     interval: float = COMMIT_INTERVAL_S,
                     clock: Callable[[], float] = time.monotonic) -> ReplyWriter:
         """Start an assistant message that is filled in while it is generated."""
-        message_id = self.add_message(conversation_id, "assistant", "", meta=meta, status="streaming")
+        message_id = self.add_message(conversation_id, "assistant", "", meta=meta, status=MessageState.STREAMING)
         return ReplyWriter(self, conversation_id, message_id, interval=interval, clock=clock)
 
     # --- internals ----------------------------------------------------------------------
@@ -370,10 +371,10 @@ class ReplyWriter:
         if self._dirty:
             self._write()
 
-    def finish(self, stats: dict[str, Any] | None = None, status: str = "complete",
+    def finish(self, stats: dict[str, Any] | None = None, status: str = MessageState.COMPLETE,
                tokens: Iterable[TokenRecord] = ()) -> None:
         """Commit the last ``tokens``, the stats and the final status ('complete' or 'stopped')."""
-        if status not in ("complete", "stopped", "interrupted"):
+        if status not in (MessageState.COMPLETE, MessageState.STOPPED, MessageState.INTERRUPTED):
             raise ValueError(f"a finished reply cannot be {status!r}")
         self._take(tokens)
         self._write(stats=stats or {}, status=status)

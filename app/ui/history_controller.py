@@ -39,7 +39,7 @@ from app.storage.history import (
     token_record,
 )
 from app.ui.import_task import ImportTask
-from app.ui.message_view import ASSISTANT, COMPLETE, FAILED, INTERRUPTED, STOPPED, USER, ChatMessage
+from app.ui.message_view import ASSISTANT, COMPLETE, FAILED, INTERRUPTED, STOPPED, STREAMING, USER, ChatMessage
 from app.ui.notices import ERROR, INFO, WARNING
 from app.ui.sidebar import ConversationSidebar
 
@@ -63,7 +63,7 @@ FLUSH_INTERVAL_MS = int(COMMIT_INTERVAL_S * 1000) // 2
 _STATS_FIELDS = {f.name for f in dataclasses.fields(Stats)}
 # Stored status -> the reply's state on screen. 'streaming' found at load time belongs
 # to a reply another Tandem is writing, or that died: either way it is not going on here.
-_SHOWN_STATUS = {"complete": COMPLETE, "stopped": STOPPED, "interrupted": INTERRUPTED, "streaming": INTERRUPTED}
+_SHOWN_STATUS = {COMPLETE: COMPLETE, STOPPED: STOPPED, INTERRUPTED: INTERRUPTED, STREAMING: INTERRUPTED}
 
 log = logging.getLogger(__name__)
 

@@ -29,6 +29,7 @@ from app.bridge.models import ChatPrompt, LoadInfo
 from app.bridge.worker import EngineClient
 from app.engine.speculative import Generation
 from app.engine.types import DrafterKind, SamplingConfig, SpecConfig, Stats, StopReason, TokenEvent, TokenKind
+from app.vocabulary import MessageState
 
 TICK_MS = 5
 BUDGET_MS = 50.0
@@ -172,10 +173,10 @@ def run_stream_bench(rate: float = 2000.0, seconds: float = 10.0, *, show: bool 
         loop = QEventLoop()  # the real event loop, as the app runs it
         window.reply_finished.connect(loop.quit)
         QTimer.singleShot(int((seconds * 3 + 10) * 1000), loop.quit)
-        if reply.status == "streaming":
+        if reply.status == MessageState.STREAMING:
             loop.exec()
         ticker.stop()
-        if reply.status == "streaming":
+        if reply.status == MessageState.STREAMING:
             raise TimeoutError("the synthetic stream did not finish in time")
         elapsed = time.perf_counter() - started
         lateness = sorted(max(0.0, g * 1000 - TICK_MS) for g in gaps) or [0.0]
