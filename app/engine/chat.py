@@ -80,7 +80,7 @@ def render_chat(template: str | None, messages: Sequence[dict], *, bos_token: st
         return chatml(messages, add_generation_prompt)
     compiled = _compile(template)
     if isinstance(compiled, ChatTemplateError):
-        raise compiled
+        raise ChatTemplateError(str(compiled))  # a fresh one: the cached one would gather tracebacks
     contents = sum(len(m.get("content") or "") for m in messages if isinstance(m.get("content"), str))
     limit = (OUTPUT_BASE_CHARS + OUTPUT_PER_CONTENT_CHAR * contents + OUTPUT_PER_MESSAGE * len(messages)
              + 2 * (len(bos_token) + len(eos_token)))

@@ -30,7 +30,9 @@ from app.storage.files import atomic_write_text, move_aside
 from app.storage.safe_json import Refused, UnreadableFile, loads_lenient, read_regular_file
 
 SETTINGS_VERSION = 1
-MAX_FILE_BYTES = 1 << 20  # a settings file is a few hundred bytes; a long system prompt fits
+MAX_FILE_BYTES = 4 << 20  # a settings file is a few hundred bytes; long system prompts fit
+MAX_TEXT_CHARS = 100_000  # with MAX_PATH_CHARS: every valid Settings saves under MAX_FILE_BYTES
+MAX_PATH_CHARS = 4096     # PATH_MAX on Linux
 
 # Version n -> a function turning the "settings" dict of a version-n file into version n+1.
 # Loading applies them in order; an old file with no path to the current version counts as bad.
@@ -48,6 +50,8 @@ _NOT_FILE_NAME_BYTE = re.compile("[\ud800-\udc7f\udd00-\udfff]")
 def _text(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError("must be text")
+    if len(value) > MAX_TEXT_CHARS:
+        raise ValueError(f"must be at most {MAX_TEXT_CHARS:,} characters long")
     # Half a UTF-16 pair is no character: it cannot be saved as UTF-8 or shown.
     if _LONE_SURROGATE.search(value):
         raise ValueError("must be text without lone surrogates")
@@ -57,6 +61,8 @@ def _text(value: Any) -> str:
 def _path(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError("must be text")
+    if len(value) > MAX_PATH_CHARS:
+        raise ValueError(f"must be at most {MAX_PATH_CHARS:,} characters long")
     # A file name that is not UTF-8 arrives with its bytes as U+DC80..U+DCFF (Python's
     # surrogateescape) and must round-trip; any other lone surrogate is no file name.
     if _NOT_FILE_NAME_BYTE.search(value):
@@ -261,6 +267,9 @@ def save_settings(settings: Settings, path: Path | None = None) -> None:
         # A non-UTF-8 file name (surrogateescape) has no UTF-8 form: JSON's \u escapes
         # carry it, and the file stays valid UTF-8.
         text = json.dumps(document, indent=2, ensure_ascii=True) + "\n"
+    if len(text.encode("utf-8")) > MAX_FILE_BYTES:  # loading would refuse it, and every value with it
+        raise StorageError(f"Could not save settings to {path}: they would take more than "
+                           f"{MAX_FILE_BYTES:,} bytes.")
     try:
         atomic_write_text(path, text)
     except (OSError, ValueError) as exc:

@@ -118,3 +118,18 @@ def test_the_lenient_parser_reads_what_json_reads():
     text = json.dumps(document, indent=2)
     assert loads_lenient(text) == json.loads(text) == document
     assert loads_lenient(json.dumps(document, ensure_ascii=False)) == document
+
+
+def test_every_valid_setting_saves_to_a_file_that_loads_again():
+    from app.storage.settings import MAX_TEXT_CHARS
+
+    from app.storage.settings import MAX_PATH_CHARS
+
+    wide = os.fsdecode(b"\xff") * MAX_PATH_CHARS  # six bytes each as a JSON escape
+    longest = Settings(system_prompt="\x01" * MAX_TEXT_CHARS, window_geometry="\x02" * MAX_TEXT_CHARS,
+                       target_path=wide, draft_path=wide)
+    save_settings(longest)  # control characters take six bytes each in JSON
+    loaded = load_settings()
+    assert loaded.notice is None and loaded.settings == longest
+    with pytest.raises(InvalidSettingError, match="at most 100,000 characters"):
+        Settings(system_prompt="x" * (MAX_TEXT_CHARS + 1))
