@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from app.engine.gguf_meta import shown_name
 from app.engine.types import DrafterKind
 from app.session.chat import ChatSession, LoadInfo
 from app.session.config import ModelSpec
@@ -54,8 +55,9 @@ def load_session(spec: ModelSpec, progress: Progress | None = None) -> ChatSessi
     speculating = pair.engine.drafter is not None
     compatibility = pair.compatibility
     info = LoadInfo(
-        target_name=Path(target).name, target_path=str(target),
-        draft_name=Path(draft).name if pair.draft is not None else "",
+        # Display names: a file name that is not UTF-8 keeps its bytes visible (\xff).
+        target_name=shown_name(target), target_path=str(target),
+        draft_name=shown_name(draft) if pair.draft is not None else "",
         draft_path=str(draft) if pair.draft is not None else "",
         drafter=pair.engine.drafter.kind if speculating else DrafterKind.NONE,
         speculation_available=speculating, note=pair.engine.note,
