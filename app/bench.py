@@ -363,7 +363,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     else:
         print(format_table(report))
     if args.chart:
-        from app.ui.bench_chart import save_chart
+        from app.bench_chart import save_chart
 
         save_chart(report, args.chart)
         print(f"chart written to {args.chart}", file=sys.stderr)

@@ -22,10 +22,10 @@ import math
 import re
 import sqlite3
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal, Slot
-from PySide6.QtWidgets import QProgressBar
+from PySide6.QtWidgets import QMainWindow, QProgressBar
 
 from app.engine.types import Stats, TokenEvent, TokenKind
 from app.errors import TandemError
@@ -43,8 +43,9 @@ from app.ui.message_view import ASSISTANT, COMPLETE, FAILED, INTERRUPTED, STOPPE
 from app.ui.notices import ERROR, INFO, WARNING
 from app.ui.sidebar import ConversationSidebar
 
-if TYPE_CHECKING:
-    from app.ui.main_window import MainWindow
+# The controller is handed the chat window (app.ui.main_window.MainWindow), which imports
+# this module; it is typed as the QMainWindow it is, so the two do not import each other.
+MainWindow = QMainWindow
 
 # format -> (file suffix, file dialog filter)
 EXPORT_FORMATS = {"markdown": (".md", "Markdown (*.md)"), "json": (".json", "Tandem conversation (*.json)")}

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 
-from app.ui.stream_bench import StreamBenchResult, run_stream_bench
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+from stream_bench import StreamBenchResult, run_stream_bench  # noqa: E402  (a tool, not a package)
 
 
 def test_a_one_second_stream_reaches_the_view_and_reports_the_worst_stall(qtbot):

@@ -1,7 +1,7 @@
 """Can the window keep up with a fast GPU? A synthetic stream through the real signal path.
 
-    python -m app.ui.stream_bench [--rate 2000] [--seconds 10]
-    QT_QPA_PLATFORM=offscreen python -m app.ui.stream_bench     # without a display
+    python tools/stream_bench.py [--rate 2000] [--seconds 10]
+    QT_QPA_PLATFORM=offscreen python tools/stream_bench.py     # without a display
 
 A synthetic engine on the real worker thread yields TokenEvents at ``rate``
 tokens/s in rounds, as a speculating GPU would; they travel the same mailbox ->
@@ -21,6 +21,8 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Iterator, Sequence
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout's app
 
 from PySide6.QtCore import QEvent, QEventLoop, QObject, Qt, QTimer
 from PySide6.QtWidgets import QApplication
