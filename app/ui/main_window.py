@@ -42,9 +42,10 @@ from app.bridge.async_glue import PairChecker
 from app.bridge.gpu_poller import GpuPoller
 from app.bridge.models import LoadInfo, ModelSpec
 from app.bridge.worker import EngineClient
-from app.engine.types import (COPY_MIN, SPECULATION_OFF, DrafterKind, SamplingConfig, SpecConfig, Stats, StopReason,
+from app.engine.types import (SPECULATION_OFF, DrafterKind, SamplingConfig, SpecConfig, Stats, StopReason,
                               TokenEvent)
 from app.errors import TandemError
+from app.session import config as session_config
 from app.storage import load_marker
 from app.storage.settings import LoadedSettings, Settings, load_settings, save_settings
 from app.ui.about import about_details
@@ -350,14 +351,10 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage("Reply copied", 2000)
 
     def sampling_config(self) -> SamplingConfig:
-        s = self.settings
-        return SamplingConfig(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
-                              seed=None if s.seed < 0 else s.seed)
+        return session_config.sampling_config(self.settings)
 
     def spec_config(self) -> SpecConfig:
-        s = self.settings
-        return SpecConfig(enabled=s.speculation, draft_max=s.draft_max, draft_min=s.draft_min, p_min=s.p_min,
-                          copy_min=COPY_MIN if s.copy_repeats else 0)
+        return session_config.spec_config(self.settings)
 
     def _start_reply(self) -> ChatMessage | None:
         history = self.chat_view.history()
