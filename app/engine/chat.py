@@ -16,9 +16,11 @@ from __future__ import annotations
 import logging
 import re
 import secrets
+from collections import OrderedDict
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable, NamedTuple, Sequence
+from weakref import WeakKeyDictionary
 
 import jinja2
 
@@ -117,6 +119,9 @@ class _ContentGuard:
     today. A content without control text is left alone, so an ordinary chat tokenizes
     exactly as before. The markers carry a random number, so a user cannot forge one,
     and forging one would only make more text stay text.
+
+    One guard per model (``_guard_for``): a chat's earlier messages come back with every
+    reply, and their verdicts are remembered rather than tokenized again.
     """
 
     def __init__(self, model: ModelBackend) -> None:
@@ -125,8 +130,8 @@ class _ContentGuard:
         self._open, self._close = f"\ue000{nonce}:", "\ue001"
         self._marker = re.compile(re.escape(self._open) + r"(\d+)" + re.escape(self._close))
         self._texts: list[str] = []          # marker number -> the control text it stands for
-        self._protected: dict[str, str] = {}  # content -> content with markers (fit_conversation re-renders)
-        self._is_control: dict[int, bool] = {}
+        self._protected: OrderedDict[str, str] = OrderedDict()  # content -> content with markers
+        self._special: dict[int, bool] = {}
 
     def protect(self, messages: Sequence[dict]) -> list[dict]:
         return [dict(m, content=self._protect(m["content"])) if isinstance(m.get("content"), str) else m
@@ -134,7 +139,7 @@ class _ContentGuard:
 
     def tokenize(self, text: str) -> list[int]:
         tokenize = self._model.tokenize
-        if not self._texts:
+        if self._open not in text:
             return tokenize(text, add_special=False, parse_special=True)
         tokens: list[int] = []
         for index, piece in enumerate(self._marker.split(text)):
@@ -147,25 +152,57 @@ class _ContentGuard:
     def _protect(self, content: str) -> str:
         protected = self._protected.get(content)
         if protected is None:
-            protected = self._protected[content] = self._swap(content)
+            protected = self._swap(content)
+            if len(content) <= REMEMBERED_CONTENT_CHARS:
+                self._protected[content] = protected
+                if len(self._protected) > REMEMBERED_CONTENTS:
+                    self._protected.popitem(last=False)
+        else:
+            self._protected.move_to_end(content)
         return protected
 
     def _swap(self, content: str) -> str:
         ids = set(self._model.tokenize(content, add_special=False, parse_special=True))
-        texts = {self._model.token_text(t) for t in ids if self._control(t)}
+        texts = {self._model.token_text(t) for t in ids if self._is_special(t)}
         for text in sorted(texts, key=len, reverse=True):  # a longer control text may hold a shorter
             if text not in self._texts:
                 self._texts.append(text)
             content = content.replace(text, f"{self._open}{self._texts.index(text)}{self._close}")
         return content
 
-    def _control(self, token: int) -> bool:
-        # A control token has text only when specials are rendered: no plain bytes of its own.
-        known = self._is_control.get(token)
+    def _is_special(self, token: int) -> bool:
+        # A control token has text only when specials are rendered (no plain bytes of its
+        # own); an unknown-token's plain form is a stand-in ('▅'). Ordinary tokens read the
+        # same either way, or are bytes of a character split over tokens (not UTF-8 alone).
+        known = self._special.get(token)
         if known is None:
-            known = self._is_control[token] = (not self._model.token_bytes(token)
-                                               and bool(self._model.token_text(token)))
+            text, plain = self._model.token_text(token), self._model.token_bytes(token)
+            known = bool(text) and plain != text.encode("utf-8") and _is_utf8(plain)
+            self._special[token] = known
         return known
+
+
+REMEMBERED_CONTENTS = 50_000          # verdicts kept per model: a long chat's messages
+REMEMBERED_CONTENT_CHARS = 1_000_000  # longer contents are judged afresh (and rarely repeat)
+_guards: WeakKeyDictionary = WeakKeyDictionary()
+
+
+def _guard_for(model: ModelBackend) -> _ContentGuard:
+    try:
+        guard = _guards.get(model)
+        if guard is None:
+            guard = _guards[model] = _ContentGuard(model)
+        return guard
+    except TypeError:  # a model object that takes no weak references: a guard per prompt
+        return _ContentGuard(model)
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 class _Prompter:
@@ -173,7 +210,7 @@ class _Prompter:
 
     def __init__(self, model: ModelBackend, guard: _ContentGuard | None = None, *, template: bool = True) -> None:
         self.model = model
-        self.guard = guard or _ContentGuard(model)
+        self.guard = guard or _guard_for(model)
         self.template = model.chat_template if template else None
 
     def tokens(self, messages: Sequence[dict]) -> list[int]:
