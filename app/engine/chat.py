@@ -52,6 +52,7 @@ MAX_TEMPLATE_CHARS = 64 * 1024  # real templates are a few kB; compiling 140 kB 
 OUTPUT_PER_CONTENT_CHAR = 4      # a template may repeat the system prompt, say; not endlessly
 OUTPUT_PER_MESSAGE = 256         # room for each message's scaffolding
 REASON_CHARS = 200
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _raise(message: str) -> None:
@@ -87,8 +88,11 @@ def render_chat(template: str | None, messages: Sequence[dict], *, bos_token: st
     limit = (OUTPUT_BASE_CHARS + OUTPUT_PER_CONTENT_CHAR * contents + OUTPUT_PER_MESSAGE * len(messages)
              + 2 * (len(bos_token) + len(eos_token)))
     try:
-        return render_bounded(compiled, dict(messages=list(messages), bos_token=bos_token, eos_token=eos_token,
+        text = render_bounded(compiled, dict(messages=list(messages), bos_token=bos_token, eos_token=eos_token,
                                              add_generation_prompt=add_generation_prompt), output_chars=limit)
+        if _LONE_SURROGATE.search(text):  # '\ud800' in a template's string: no UTF-8 for the tokenizer
+            raise TemplateLimitError("its output holds a lone surrogate, which is no character")
+        return text
     except (ChatTemplateError, RenderStopped):
         raise
     except TemplateLimitError as exc:
@@ -152,7 +156,8 @@ class _ContentGuard:
     def _protect(self, content: str) -> str:
         protected = self._protected.get(content)
         if protected is None:
-            protected = self._swap(content)
+            # Half a UTF-16 pair is no character and has no UTF-8 to tokenize: '�' stands in.
+            protected = self._swap(_LONE_SURROGATE.sub("\ufffd", content))
             if len(content) <= REMEMBERED_CONTENT_CHARS:
                 self._protected[content] = protected
                 if len(self._protected) > REMEMBERED_CONTENTS:

@@ -278,3 +278,11 @@ def test_a_chats_earlier_messages_are_judged_once(q41_target):
     assert chat_prompt(model, build_messages(history)).tokens == first
     assert first_calls >= 4  # each content, then the prompt (in pieces around the marker)
     assert Counting.calls == first_calls - 3  # the next reply: the prompt alone
+
+
+def test_lone_surrogates_never_reach_the_tokenizer(q41_target):
+    hostile = Templated(q41_target, '{{ "half \\ud800 a pair" }}{% for m in messages %}{{ m.content }}{% endfor %}')
+    prompt = chat_prompt(hostile, MESSAGES)
+    assert "lone surrogate" in prompt.notice
+    typed = chat_prompt(q41_target, build_messages([("user", "half \ud800 a pair")]))
+    assert not typed.notice and "half \ufffd a pair" in "".join(q41_target.token_text(t) for t in typed.tokens)
