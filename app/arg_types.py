@@ -8,7 +8,8 @@ import math
 import stat
 from pathlib import Path
 
-from app.engine.types import DRAFT_MAX_RANGE
+from app.vocabulary import DRAFT_MAX_RANGE
+
 
 
 def whole(low: int | None = None, high: int | None = None, *, what: str = "a whole number"):

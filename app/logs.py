@@ -26,6 +26,16 @@ def log_file() -> Path:
 FILE_ONLY = {"file_only": True}  # logging's ``extra=``: the record skips the terminal
 
 
+class _TerminalFormatter(logging.Formatter):
+    def __init__(self, verbose: bool) -> None:
+        super().__init__()
+        self.verbose = verbose
+
+    def format(self, record: logging.LogRecord) -> str:
+        where = f" ({record.name})" if self.verbose else ""
+        return f"tandem: {record.levelname.lower()}{where}: {record.getMessage()}"
+
+
 def setup_logging(verbose: bool = False) -> Path | None:
     """Terminal: warnings (everything with ``verbose``); file: info and up. Returns the file, if any."""
     root = logging.getLogger()
@@ -33,7 +43,8 @@ def setup_logging(verbose: bool = False) -> Path | None:
     if not any(getattr(h, "_tandem", False) for h in root.handlers):
         terminal = logging.StreamHandler()
         terminal.setLevel(logging.DEBUG if verbose else logging.WARNING)
-        terminal.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        # One line a user can read ("tandem: warning: ..."); with -v, which logger said it.
+        terminal.setFormatter(_TerminalFormatter(verbose))
         # Messages already printed to the user in their own words go to the file alone.
         terminal.addFilter(lambda r: not getattr(r, "file_only", False))
         if not verbose:  # llama.cpp's warnings are for the file; its errors also for the terminal

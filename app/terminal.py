@@ -11,9 +11,10 @@ import sys
 from pathlib import Path
 
 from app.arg_types import draft_max_value, real, seed_value, whole
-from app.engine.types import DRAFT_MAX_RANGE, DrafterKind, SamplingConfig, SpecConfig
+from app.engine.types import DrafterKind, SamplingConfig, SpecConfig
 from app.errors import TandemError
 from app.logs import FILE_ONLY
+from app.vocabulary import DRAFT_MAX_RANGE
 
 
 class UsageError(TandemError):

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import enum
 
+# Fixed draft lengths a user may choose, in the settings and on the command line alike.
+DRAFT_MAX_RANGE = (1, 64)
+
 
 class TokenKind(enum.StrEnum):
     """What happened to an emitted token (docs/ARCHITECTURE.md, "Token kinds")."""

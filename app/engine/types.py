@@ -34,8 +34,6 @@ class SamplingConfig:
 # matching tokens all measured alike; shorter matches are wrong more often.
 COPY_MIN = 6
 
-# Fixed draft lengths a user may choose, in the settings and on the command line alike.
-DRAFT_MAX_RANGE = (1, 64)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, NamedTuple
 
-from app.engine.types import DRAFT_MAX_RANGE
+from app.vocabulary import DRAFT_MAX_RANGE
 from app.storage import paths
 from app.storage.errors import InvalidSettingError, StorageError
 from app.storage.files import atomic_write_text, move_aside

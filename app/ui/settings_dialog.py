@@ -30,9 +30,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.types import DRAFT_MAX_RANGE, DrafterKind
+from app.engine.types import DrafterKind
 from app.errors import TandemError
 from app.storage.settings import Settings, options
+from app.vocabulary import DRAFT_MAX_RANGE
 
 LABELS = {
     "target_path": "Target model", "draft_path": "Draft model", "drafter": "Guesses from",
