@@ -38,13 +38,13 @@ import json, os, statistics, sys, time
 from app.backends.llama_cpp_backend import LlamaBackend, system_info
 path, repeats, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 model = LlamaBackend(path, n_ctx=1024, n_threads=threads, flash_attention="auto")
-prompt = [(i * 37 + 11) % 1000 + 10 for i in range(%(prompt)d)]
+prompt = [(i * 37 + 11) % 1000 + 10 for i in range(PROMPT_LEN)]
 model.evaluate(prompt, [len(prompt) - 1])
 out = {"amx": "AMX_INT8 = 1" in system_info()["system_info"]}
-for n in %(batches)r:
+for n in BATCH_SIZES:
     times = []
     for r in range(repeats):
-        batch = [(r * 7 + j) %% 900 + 20 for j in range(n)]
+        batch = [(r * 7 + j) % 900 + 20 for j in range(n)]
         start = time.perf_counter()
         model.evaluate(batch, list(range(n)))
         times.append(time.perf_counter() - start)
@@ -52,7 +52,7 @@ for n in %(batches)r:
     out[str(n)] = statistics.median(times) * 1000
 model.close()
 print(json.dumps(out))
-""" % {"prompt": PROMPT, "batches": BATCHES}
+""".replace("PROMPT_LEN", str(PROMPT)).replace("BATCH_SIZES", repr(BATCHES))
 
 
 def lib_folder(setup, name: str, backend: str) -> Path | None:
