@@ -519,6 +519,8 @@ _STATS_DEFAULTS = Stats()
 
 def _fits(name: str, value: Any) -> bool:
     default = getattr(_STATS_DEFAULTS, name)
+    if name == "stop_reason":  # None while running; stored as its value ("" when unknown)
+        return isinstance(value, str)
     if isinstance(default, bool):
         return isinstance(value, bool)
     if isinstance(default, int):
