@@ -87,14 +87,7 @@ def run_probe_child(*, gpu_layers: int = -1, env: dict | None = None,
     except OSError as exc:
         return ProbeOutcome(False, f"the llama.cpp probe could not start ({exc})",
                             seconds=time.perf_counter() - started)
-    records = []
-    for line in done.stdout.splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
+    records = [r for r in map(json_record, done.stdout.splitlines()) if r is not None]
     seconds = time.perf_counter() - started
     final = records[-1] if records and records[-1].get("stage") == "done" else {}
     if done.returncode < 0:
@@ -111,6 +104,15 @@ def run_probe_child(*, gpu_layers: int = -1, env: dict | None = None,
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         why = f"the llama.cpp probe exited with code {done.returncode} ({last[:200]})"
     return ProbeOutcome(False, why, done.returncode, "", records, seconds)
+
+
+def json_record(line: str | bytes) -> dict | None:
+    """One JSON-object line a probe child printed; None for anything else (llama.cpp's own output)."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def _signal_name(number: int) -> str:

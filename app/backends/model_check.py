@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from app.backends.build_check import ROOT, _signal_name, check_llama_build, fingerprint, library_files
+from app.backends.build_check import ROOT, _signal_name, check_llama_build, fingerprint, json_record, library_files
 from app.engine.errors import ModelFileError
 from app.engine.gguf_meta import shown_name, shown_path, validate_gguf
 
@@ -196,11 +196,8 @@ def _said(words: str, lead: str = "; llama.cpp said: ") -> str:
 
 def _read_records(stream, records: list[dict]) -> None:
     for raw in stream:
-        try:
-            record = json.loads(raw)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
+        record = json_record(raw)
+        if record is not None:
             records.append(record)
 
 
