@@ -86,6 +86,7 @@ class GGUFHeader:
     data_offset: int  # where tensor data starts (no tensors: end of the header)
     data_size: int    # bytes of tensor data, alignment padding included
     file_size: int
+    n_parameters: int = 0  # elements of all tensors: the model's parameter count (this file's part)
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,7 @@ class ModelMetadata:
     context_length: int | None
     file_type: int | None               # llama_ftype, e.g. 3 = MOSTLY_Q4_1
     file_size: int
+    n_parameters: int = 0               # elements of this file's tensors (a split model: this part's)
 
     @property
     def file_type_name(self) -> str | None:
@@ -205,6 +207,7 @@ class _Walker:
         self.wanted = wanted
         self.values: dict[str, Any] = {}
         self.pos = 0
+        self.n_parameters = 0
 
     def fail(self, message: str) -> ModelFileError:
         return _error(self.path, message)
@@ -268,7 +271,8 @@ class _Walker:
         infos = self.walk_tensor_infos(n_tensors)
         data_offset = _pad(self.pos, alignment) if n_tensors else self.pos
         data_size = self.check_tensor_data(infos, data_offset, alignment)
-        return GGUFHeader(version, n_tensors, n_kv, alignment, data_offset, data_size, self.size)
+        return GGUFHeader(version, n_tensors, n_kv, alignment, data_offset, data_size, self.size,
+                          self.n_parameters)
 
     # -- metadata ----------------------------------------------------------
 
@@ -385,6 +389,7 @@ class _Walker:
                     f"{gguf.GGMLQuantizationType(ggml_type).name} block size {block}"
                 )
             offset = self.u64(f"data offset of tensor '{name}'")
+            self.n_parameters += n_elements
             infos.append((name, offset, n_elements // block * type_size))
         return infos
 
@@ -456,6 +461,7 @@ def read_metadata(path: str | os.PathLike[str]) -> ModelMetadata:
         context_length=get.integer(f"{architecture}.context_length") if architecture else None,
         file_type=get.integer("general.file_type"),
         file_size=header.file_size,
+        n_parameters=header.n_parameters,
     )
 
 
