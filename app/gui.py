@@ -46,7 +46,7 @@ def launch(args: argparse.Namespace) -> int:
     from app.bridge.async_glue import run_app
     from app.storage.history import HistoryStore
     from app.storage.settings import load_settings
-    from app.ui.main_window import APP_NAME, MainWindow
+    from app.window.main_window import APP_NAME, MainWindow
     from app.ui.resources import icon, style_sheet
 
     QApplication.setApplicationName(APP_NAME)

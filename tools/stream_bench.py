@@ -136,7 +136,7 @@ class StreamBenchResult:
 def run_stream_bench(rate: float = 2000.0, seconds: float = 10.0, *, show: bool = True) -> StreamBenchResult:
     """Stream ``rate`` tokens/s for ``seconds`` into a real MainWindow; needs a QApplication."""
     from app.storage.settings import LoadedSettings, Settings
-    from app.ui.main_window import MainWindow
+    from app.window.main_window import MainWindow
 
     app = QApplication.instance()
     assert app is not None, "create a QApplication first"

@@ -76,7 +76,7 @@ def make_window(qtbot, qasync_loop):
     """Build a MainWindow: the real engine by default, or ``loader=`` a fake one."""
     from app.bridge.worker import EngineClient
     from app.storage.settings import LoadedSettings, Settings
-    from app.ui.main_window import MainWindow
+    from app.window.main_window import MainWindow
 
     windows = []
 

@@ -7,7 +7,7 @@ from PySide6.QtCore import Qt
 
 from app.engine.types import SamplingConfig, SpecConfig, Stats, TokenEvent, TokenKind
 from app.storage.settings import Settings
-from app.ui.compare import (
+from app.window.compare_controller import (
     COMPARE_LABEL,
     IDENTICAL,
     STATS_LABEL,

@@ -11,7 +11,7 @@ from PySide6.QtCore import QElapsedTimer, QTimer
 
 from app.storage.history import HistoryStore
 from app.storage.settings import Settings
-from app.ui import history_controller
+from app.window import history_controller
 from app.ui.notices import ERROR
 
 from .conftest import REPLY_TIMEOUT_MS, wait_loaded

@@ -50,9 +50,9 @@ from app.storage import load_marker
 from app.storage.settings import LoadedSettings, Settings, load_settings, save_settings
 from app.ui.about import about_details
 from app.ui.chat_view import ChatView
-from app.ui.compare import install_compare
+from app.window.compare_controller import install_compare
 from app.ui.composer import Composer, model_files
-from app.ui.history_controller import EXPORT_FORMATS, HistoryController
+from app.window.history_controller import EXPORT_FORMATS, HistoryController
 from app.ui.message_view import COMPLETE, STOPPED, ChatMessage
 from app.ui.notices import ERROR, INFO, WARNING, NoticeArea
 from app.ui.settings_dialog import GGUF_FILTER, SettingsDialog

@@ -38,12 +38,12 @@ from app.storage.history import (
     TokenRecord,
     token_record,
 )
-from app.ui.import_task import ImportTask
+from app.window.import_task import ImportTask
 from app.ui.message_view import ASSISTANT, COMPLETE, FAILED, INTERRUPTED, STOPPED, STREAMING, USER, ChatMessage
 from app.ui.notices import ERROR, INFO, WARNING
 from app.ui.sidebar import ConversationSidebar
 
-# The controller is handed the chat window (app.ui.main_window.MainWindow), which imports
+# The controller is handed the chat window (app.window.main_window.MainWindow), which imports
 # this module; it is typed as the QMainWindow it is, so the two do not import each other.
 MainWindow = QMainWindow
 
