@@ -121,6 +121,9 @@ class LlamaBackend:
             raise BackendError(f"{shown_name(path)}: llama.cpp could not create a context of {n_ctx} "
                                f"tokens ({_last_error()}); try a smaller context size")
         self.n_ctx = ll.llama_n_ctx(self._ctx)
+        self.threads = threads
+        # 0 asked for the adaptive choice (app/engine/thread_policy.py), from at most this many.
+        self.adaptive_threads = n_threads == 0
         self.n_batch = cparams.n_batch
         self._memory = ll.llama_get_memory(self._ctx)
         self._batch = ll.llama_batch_init(self.n_batch, 0, 1)
@@ -187,6 +190,14 @@ class LlamaBackend:
         if n_keep < len(self._tokens):
             ll.llama_memory_seq_rm(self._memory, 0, n_keep, -1)
             del self._tokens[n_keep:]
+
+    def set_threads(self, n: int) -> None:
+        """Run the next steps with ``n`` threads (single tokens and batches alike); takes
+        effect at the next ``llama_decode``, with nothing else about the context changed."""
+        n = max(1, int(n))
+        if self._ctx and n != self.threads:
+            ll.llama_set_n_threads(self._ctx, n, n)
+            self.threads = n
 
     def close(self) -> None:
         if self._batch is not None:

@@ -45,3 +45,13 @@ class ModelBackend(Protocol):
         """Drop every cached token from position ``n_keep`` on."""
 
     def close(self) -> None: ...
+
+
+class ThreadedBackend(ModelBackend, Protocol):
+    """A backend on CPU threads whose count can change between steps (optional: the
+    engine adapts threads only on backends that have this; app/engine/thread_policy.py)."""
+
+    threads: int              # the count the next step runs with
+    adaptive_threads: bool    # the user left the count to the engine (threads setting 0)
+
+    def set_threads(self, n: int) -> None: ...

@@ -24,6 +24,10 @@ Draft lengths (``draft_policy.py``): a reply is handed one policy, a fixed lengt
 or auto, which plans each round and learns from what it cost and what was kept.
 Copies teach it nothing: they say nothing about the draft model's guesses.
 
+Threads (``thread_policy.py``): where the user left the thread count to the engine,
+the step costs measured for the draft policy also choose each model's thread count,
+fewer while another program keeps a core busy; only how fast a step runs changes.
+
 Text (``detokenize.py``): a character can span tokens, so each event carries the
 characters its token completed; a reply that ends mid-character gives what is
 left to its last token (U+FFFD) rather than dropping it.
@@ -43,6 +47,7 @@ from app.engine.detokenize import StreamingDetokenizer, token_display_text
 from app.engine.draft_policy import AutoDraftLength, DraftPolicy, FixedDraftLength
 from app.engine.drafters import Draft, Drafter, LookupDrafter, common_prefix
 from app.engine.errors import ContextOverflowError
+from app.engine.thread_policy import threads_for
 from app.engine.sampling import greedy_accept, rejection_accept, sample, warp
 from app.engine.types import (SPECULATION_OFF, DrafterKind, SamplingConfig, SpecConfig, Stats, StopReason,
                               TokenEvent, TokenKind)
@@ -72,6 +77,7 @@ class SpeculativeEngine:
         # Auto's measurements of this pair, kept from reply to reply.
         self._auto = AutoDraftLength()
         self._copier: LookupDrafter | None = None  # for SpecConfig.copy_min, made on first use
+        self.threads = threads_for(target, getattr(drafter, "model", None))
 
     def generate(self, prompt: Sequence[int], sampling: SamplingConfig = SamplingConfig(),
                  spec: SpecConfig = SpecConfig(), max_tokens: int = 256,
@@ -133,6 +139,7 @@ class SpeculativeEngine:
                             draft = self.drafter.propose(committed, plan.length, sampling, rng,
                                                          max(spec.p_min, plan.p_min), plan.go_on)
                             policy.observe_draft(draft.step_seconds)
+                            self.threads.observe_draft(draft.step_seconds)
                         if len(draft) < spec.draft_min:
                             draft, copied = Draft(), False
 
@@ -143,6 +150,7 @@ class SpeculativeEngine:
                 elapsed = time.perf_counter() - t
                 stats.target_seconds += elapsed
                 policy.observe_verify(len(batch), elapsed)
+                self.threads.observe_verify(len(batch), elapsed)
                 if masked is not None:
                     rows[:, masked] = -np.inf
 

@@ -1,0 +1,181 @@
+"""How many CPU threads each model runs with, chosen as it runs (Settings → threads 0).
+
+llama.cpp's worker threads meet at a barrier after every operation of a step, so a
+step runs at the pace of its slowest thread: with one core taken by another program,
+two threads on two cores make each step wait for a core that is not there, and one
+thread is about twice as fast (issue 16: 11.6 against 22.3 tokens/s on the demo pair).
+Which count is best depends on what else runs, and that changes while a reply runs.
+
+``ThreadChooser`` is a local search over thread counts driven by the step costs the
+engine measures anyway. It compares windows of ``WINDOW`` steps, batch size by batch
+size (a verification of 9 tokens is dearer than one of 2 whatever the load), so a
+comparison is like with like:
+
+- steady at n threads, each window is also set against the quiet baseline of n (the
+  cheapest window seen at n, per batch size); steps ``SLOW`` times dearer than it say
+  the machine got busy, and n - 1 is tried at once;
+- every so often (``PROBE_EVERY`` steps, doubling after each probe that did not pay,
+  up to ``PROBE_MOST``) a neighbour is tried, up first, so a machine that got quiet
+  again gets its threads back, and down, so a machine busy from the start is found;
+- a probe's window is kept when it is at least ``GAIN`` cheaper than the window just
+  before it, else the count goes back.
+
+Thread counts change only what llama.cpp's matrix products split between threads, not
+what they compute, so output is unchanged (tests/engine/test_thread_policy.py checks a
+reply whose threads change mid-way against one that keeps them). ``FIXED`` is the
+policy for an explicit thread count: it observes nothing and changes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Callable, Sequence
+
+WINDOW = 6            # steps per compared window
+SLOW = 1.3            # a window this much dearer than the quiet baseline says: busy
+GAIN = 0.93           # a probe is kept when its window costs at most this share of the last
+PROBE_EVERY = 64      # steps between probes of a neighbouring count ...
+PROBE_MOST = 768      # ... doubling after each probe that did not pay, up to this
+
+Window = dict[int, float]  # batch size -> median seconds
+
+
+class ThreadChooser:
+    """The thread count of one model, from the seconds of its steps at each count."""
+
+    def __init__(self, most: int, least: int = 1, start: int | None = None) -> None:
+        self.most, self.least = max(1, most), max(1, min(least, most))
+        self.threads = min(max(start or self.most, self.least), self.most)
+        self._window: dict[int, list[float]] = defaultdict(list)  # this window's seconds by batch
+        self._filled = 0
+        self._baseline: dict[int, Window] = {}       # threads -> cheapest medians seen, by batch
+        self._probe: tuple[int, Window] | None = None  # while probing: the count left, its last window
+        self._probe_every = PROBE_EVERY
+        self._since_probe = 0
+        self._next_up = True  # which neighbour the next periodic probe tries
+        self.switches = 0
+
+    def observe(self, batch: int, seconds: float) -> int | None:
+        """One step of ``batch`` tokens took ``seconds`` at ``self.threads``; returns the
+        thread count to switch to, or None to stay."""
+        self._window[batch].append(seconds)
+        self._filled += 1
+        self._since_probe += 1
+        if self._filled < WINDOW:
+            return None
+        window = {b: _median(s) for b, s in self._window.items()}
+        self._window.clear()
+        self._filled = 0
+        chosen = self._judge_probe(window) if self._probe else self._steady(window)
+        if chosen is None or chosen == self.threads:
+            return None
+        self.threads = chosen
+        self.switches += 1
+        return chosen
+
+    def _steady(self, window: Window) -> int | None:
+        n = self.threads
+        baseline = self._baseline.setdefault(n, dict(window))
+        slowed = _ratio(window, baseline)
+        for batch, seconds in window.items():
+            baseline[batch] = min(seconds, baseline.get(batch, seconds))
+        if slowed is not None and slowed > SLOW and n > self.least:
+            return self._start_probe(n - 1, window)
+        if self._since_probe < self._probe_every:
+            return None
+        up, down = n + 1 <= self.most, n - 1 >= self.least
+        if not (up or down):
+            return None
+        go_up = up and (self._next_up or not down)
+        self._next_up = not go_up
+        return self._start_probe(n + 1 if go_up else n - 1, window)
+
+    def _start_probe(self, threads: int, window: Window) -> int:
+        self._probe = (self.threads, window)
+        self._since_probe = 0
+        return threads
+
+    def _judge_probe(self, window: Window) -> int | None:
+        left, before = self._probe
+        self._probe = None
+        ratio = _ratio(window, before)
+        if ratio is not None and ratio <= GAIN:
+            self._probe_every = PROBE_EVERY  # the machine changed: look around sooner
+            baseline = self._baseline.setdefault(self.threads, dict(window))
+            for batch, seconds in window.items():
+                baseline[batch] = min(seconds, baseline.get(batch, seconds))
+            return None
+        self._probe_every = min(self._probe_every * 2, PROBE_MOST)
+        # The count left is as it was: its dearer steps are now its baseline, so the same
+        # load does not set off the same probe again.
+        self._baseline[left] = dict(before) if ratio is not None else self._baseline.get(left, {})
+        return left
+
+
+class AdaptiveThreads:
+    """A chooser per adapting model (None: that model keeps its count), each applied
+    through the model's ``set_threads``: target and draft are chosen separately, since
+    a small draft may run best on fewer threads than its target."""
+
+    def __init__(self, target: ThreadChooser | None, apply_target: Callable[[int], None] | None,
+                 draft: ThreadChooser | None = None, apply_draft: Callable[[int], None] | None = None) -> None:
+        self.target, self._apply_target = target, apply_target
+        self.draft, self._apply_draft = draft, apply_draft
+
+    def observe_verify(self, batch: int, seconds: float) -> None:
+        if self.target is not None:
+            chosen = self.target.observe(batch, seconds)
+            if chosen is not None:
+                self._apply_target(chosen)
+
+    def observe_draft(self, step_seconds: Sequence[float]) -> None:
+        """A draft's step times; its first step (a batch of [d_k, bonus]) counts apart."""
+        if self.draft is None:
+            return
+        for i, seconds in enumerate(step_seconds):
+            chosen = self.draft.observe(2 if i == 0 else 1, seconds)
+            if chosen is not None:
+                self._apply_draft(chosen)
+
+
+class _FixedThreads:
+    """An explicit thread count: nothing to choose."""
+
+    def observe_verify(self, batch: int, seconds: float) -> None:
+        pass
+
+    def observe_draft(self, step_seconds: Sequence[float]) -> None:
+        pass
+
+
+FIXED = _FixedThreads()
+
+
+def threads_for(target, draft_model=None) -> AdaptiveThreads | _FixedThreads:
+    """Adaptive threads for each model whose user left the count to the engine
+    (``ThreadedBackend.adaptive_threads``); ``FIXED`` when neither did."""
+    def chooser(model) -> tuple:
+        if getattr(model, "adaptive_threads", False):
+            return ThreadChooser(model.threads), model.set_threads
+        return None, None
+
+    target_choice, draft_choice = chooser(target), chooser(draft_model)
+    if target_choice[0] is None and draft_choice[0] is None:
+        return FIXED
+    return AdaptiveThreads(*target_choice, *draft_choice)
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def _ratio(window: Window, other: Window) -> float | None:
+    """How much dearer ``window`` is than ``other``: the geometric mean of their ratios
+    over the batch sizes both have; None when they share none."""
+    shared = [b for b in window if b in other and other[b] > 0 and window[b] > 0]
+    if not shared:
+        return None
+    return math.exp(sum(math.log(window[b] / other[b]) for b in shared) / len(shared))

@@ -1,0 +1,160 @@
+"""Adaptive threads: the chooser on synthetic step costs, and a real reply whose threads
+change mid-way against one that keeps them (lossless)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from app.engine.thread_policy import FIXED, PROBE_MOST, WINDOW, AdaptiveThreads, ThreadChooser, threads_for
+
+# Seconds per step of one token at each thread count, on a 2-core machine: quiet, two
+# threads are fastest; with one core busy, two threads wait at every barrier.
+QUIET = {1: 1.8, 2: 1.0}
+ONE_CORE_BUSY = {1: 1.9, 2: 3.2}
+
+
+def run(chooser: ThreadChooser, costs: dict[int, float], steps: int, batches=(1,)) -> list[int]:
+    """Feed ``steps`` steps costing ``costs[threads] * batch factor``; the counts it ran at."""
+    seen = []
+    sizes = itertools.cycle(batches)
+    for _ in range(steps):
+        batch = next(sizes)
+        seen.append(chooser.threads)
+        chooser.observe(batch, costs[chooser.threads] * (1 + 0.2 * (batch - 1)))
+    return seen
+
+
+def test_quiet_stays_busy_drops_quiet_again_returns():
+    chooser = ThreadChooser(2)
+    quiet = run(chooser, QUIET, 400)
+    assert chooser.threads == 2
+    assert quiet.count(1) <= 2 * WINDOW  # a probe down or two (backing off), each one window long
+
+    busy = run(chooser, ONE_CORE_BUSY, 400)
+    assert chooser.threads == 1
+    assert busy.index(1) <= 2 * WINDOW  # the slowdown is seen within a window or two
+    # probes back up (which do not pay while busy) back off: most busy steps run on 1
+    assert busy.count(2) / len(busy) < 0.12
+
+    quiet_again = run(chooser, QUIET, PROBE_MOST + 4 * WINDOW)
+    assert chooser.threads == 2
+    assert quiet_again[-WINDOW:] == [2] * WINDOW
+
+
+def test_busy_from_the_start_is_found_by_a_probe_down():
+    chooser = ThreadChooser(2)
+    seen = run(chooser, ONE_CORE_BUSY, 300)
+    assert chooser.threads == 1
+    assert seen.count(2) / len(seen) < 0.4
+
+
+def test_batch_sizes_are_compared_like_with_like():
+    """Mixed verification sizes, each dearer than the last, do not read as a slowdown."""
+    chooser = ThreadChooser(4)
+    costs = {n: 1.0 / n for n in range(1, 5)}  # more threads always faster
+    seen = run(chooser, costs, 600, batches=(1, 9, 3, 5, 2))
+    assert chooser.threads == 4
+    assert seen.count(4) / len(seen) > 0.85
+
+
+def test_a_machine_with_more_cores_steps_down_one_at_a_time():
+    """Eight threads, one core busy: seven is the best count, and the search stops there."""
+    costs = {n: 1.0 / n for n in range(1, 9)}
+    costs[8] = 3.0  # the barrier waits for the busy core
+    chooser = ThreadChooser(8)
+    run(chooser, {n: 1.0 / n for n in range(1, 9)}, 100)
+    run(chooser, costs, 600)
+    assert chooser.threads == 7
+
+
+def test_adaptive_threads_applies_each_models_choice_separately():
+    """The target's steps slow down, the draft's do not: only the target drops a thread."""
+    applied = {"target": [], "draft": []}
+    threads = AdaptiveThreads(ThreadChooser(2), applied["target"].append,
+                              ThreadChooser(2), applied["draft"].append)
+    for step in range(20 * WINDOW):
+        busy = step >= WINDOW
+        threads.observe_verify(1, ONE_CORE_BUSY[threads.target.threads] if busy else QUIET[threads.target.threads])
+        threads.observe_draft([0.1, 0.05, 0.05])
+    assert applied["target"][0] == 1 and threads.target.threads == 1
+    assert threads.draft.threads == 2 and set(applied["draft"]) <= {1, 2}
+
+
+def test_an_explicit_count_is_left_alone():
+    class Fixed:
+        adaptive_threads = False
+        threads = 2
+
+    class Adaptive(Fixed):
+        adaptive_threads = True
+
+        def set_threads(self, n):
+            self.threads = n
+
+    assert threads_for(Fixed(), None) is FIXED
+    assert threads_for(Fixed(), Fixed()) is FIXED
+    only_draft = threads_for(Fixed(), Adaptive())
+    assert only_draft.target is None and only_draft.draft.threads == 2
+
+
+def test_changing_threads_mid_reply_keeps_the_reply(q41_target, q40_draft):
+    """Greedy, demo pair: a reply whose threads go 2 -> 1 -> 2 (target) and 1 -> 2 (draft)
+    mid-way is token for token the reply with fixed threads."""
+    from app.engine.chat import build_messages, chat_tokens
+    from app.engine.drafters import ModelDrafter
+    from app.engine.speculative import SpeculativeEngine
+    from app.engine.types import SamplingConfig, SpecConfig
+
+    prompt = chat_tokens(q41_target, build_messages([("user", "Write a short story about a lighthouse keeper.")]))
+    greedy, spec = SamplingConfig(), SpecConfig(draft_max=4, copy_min=6)
+    engine = SpeculativeEngine(q41_target, ModelDrafter(q40_draft, q41_target.n_vocab))
+    q41_target.set_threads(2), q40_draft.set_threads(2)
+    engine.threads = FIXED
+    fixed = [e.id for e in engine.generate(prompt, greedy, spec, 48).run()]
+
+    class Switching:
+        """Switches each model's threads every few steps, as a busy machine would make
+        the chooser do."""
+
+        def __init__(self):
+            self.steps = 0
+            self.seen = set()
+
+        def observe_verify(self, batch, seconds):
+            self.steps += 1
+            q41_target.set_threads(1 if (self.steps // 3) % 2 else 2)
+            self.seen.add(("target", q41_target.threads))
+
+        def observe_draft(self, step_seconds):
+            q40_draft.set_threads(2 if (self.steps // 2) % 2 else 1)
+            self.seen.add(("draft", q40_draft.threads))
+
+    engine = SpeculativeEngine(q41_target, ModelDrafter(q40_draft, q41_target.n_vocab))
+    engine.threads = switching = Switching()
+    q41_target.trim(0), q40_draft.trim(0)  # a cold start, like the fixed run's
+    switched = [e.id for e in engine.generate(prompt, greedy, spec, 48).run()]
+    q41_target.set_threads(2), q40_draft.set_threads(2)
+    assert switching.seen == {("target", 1), ("target", 2), ("draft", 1), ("draft", 2)}
+    assert switched == fixed
+
+    plain_fixed = [e.id for e in SpeculativeEngine(q41_target).generate(prompt, greedy, SpecConfig(enabled=False), 32).run()]
+    plain = SpeculativeEngine(q41_target)
+    plain.threads = Switching()
+    q41_target.trim(0)
+    assert [e.id for e in plain.generate(prompt, greedy, SpecConfig(enabled=False), 32).run()] == plain_fixed
+    q41_target.set_threads(2)
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_backend_set_threads_is_what_llama_cpp_runs_with(q41_target, n):
+    import llama_cpp as ll
+
+    before = q41_target.threads
+    q41_target.set_threads(n)
+    try:
+        assert ll.llama_n_threads(q41_target._ctx) == n == ll.llama_n_threads_batch(q41_target._ctx)
+        assert q41_target.threads == n
+    finally:
+        q41_target.set_threads(before)
