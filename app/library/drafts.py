@@ -1,0 +1,109 @@
+"""The draft finder: for a chosen target, which library entries can draft for it, best
+first, and why each of the others cannot.
+
+The verdict is ``tandem check-pair``'s metadata rules (``check_compatibility``,
+docs/ARCHITECTURE.md, "Compatibility of a draft with a target"), not a second copy
+of them: from the cached tokenizer facts first, which settle every rule but the
+token texts; two files with the same token digest share them; for the rest both
+headers are read again and the rule run on the real vocabularies. The trial load that
+check-pair adds comes when the pair is loaded (or "Check speculation" is run).
+
+Best first: compatible drafts of the target's architecture, then those with the very
+same vocabulary, then smaller files before larger (a draft pays only when it is much
+cheaper to run than the target; one not smaller than the target is listed last, said so).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.engine.errors import ModelFileError
+from app.engine.gguf_meta import ModelMetadata, check_compatibility, read_metadata
+from app.library.entries import LibraryEntry, Vocabulary
+
+
+@dataclass(frozen=True)
+class DraftCandidate:
+    entry: LibraryEntry
+    compatible: bool
+    reason: str          # why not, or what makes it a good draft
+    size_ratio: float    # target size / draft size: 8.0 means the draft is 8x smaller
+    same_architecture: bool
+    same_vocabulary: bool
+
+
+def find_drafts(target: LibraryEntry, library: list[LibraryEntry]) -> list[DraftCandidate]:
+    """Every other usable entry judged as a draft for ``target``: compatible ones best
+    first, then the incompatible ones with the reason. Reads a header only where the
+    cached facts cannot settle the token-text rule."""
+    if not target.usable:
+        return []
+    target_meta: ModelMetadata | None = None
+    target_error: str | None = None
+    candidates = []
+    for entry in library:
+        if entry.path == target.path or not entry.usable:
+            continue
+        ratio = target.size / entry.size if entry.size else 0.0
+        same_arch = bool(target.architecture) and entry.architecture == target.architecture
+        same_vocab = entry.vocabulary.digest == target.vocabulary.digest
+        verdict = check_compatibility(_stub(target), _stub(entry))
+        if verdict.ok and not same_vocab:
+            # Only the token texts are left to compare: read both vocabularies.
+            if target_meta is None and target_error is None:
+                target_meta, target_error = _read(target)
+            draft_meta, draft_error = _read(entry)
+            error = target_error or draft_error
+            if error:
+                candidates.append(DraftCandidate(entry, False, error, ratio, same_arch, same_vocab))
+                continue
+            verdict = check_compatibility(target_meta, draft_meta)
+        if not verdict.ok:
+            reason = verdict.reason.removeprefix("Draft is incompatible with target: ")
+            candidates.append(DraftCandidate(entry, False, reason, ratio, same_arch, same_vocab))
+            continue
+        candidates.append(DraftCandidate(entry, True, _praise(target, entry, ratio, same_arch, same_vocab),
+                                         ratio, same_arch, same_vocab))
+    return sorted(candidates, key=_rank)
+
+
+def compatible_drafts(target: LibraryEntry, library: list[LibraryEntry]) -> list[DraftCandidate]:
+    return [c for c in find_drafts(target, library) if c.compatible]
+
+
+def _rank(candidate: DraftCandidate) -> tuple:
+    return (not candidate.compatible,
+            candidate.size_ratio <= 1.0,        # not smaller than the target: last of the compatible
+            not candidate.same_architecture,
+            not candidate.same_vocabulary,
+            candidate.entry.size,
+            candidate.entry.name.casefold())
+
+
+def _praise(target: LibraryEntry, draft: LibraryEntry, ratio: float, same_arch: bool, same_vocab: bool) -> str:
+    parts = ["same family" if same_arch else f"a {draft.architecture or 'different'} model",
+             "the same vocabulary" if same_vocab else "a compatible vocabulary"]
+    if ratio > 1.0:
+        parts.append(f"{ratio:.1f}x smaller than the target")
+    else:
+        parts.append("not smaller than the target, so it will not speed it up")
+    return ", ".join(parts)
+
+
+def _stub(entry: LibraryEntry) -> ModelMetadata:
+    """The cached facts as metadata without token texts, for every rule but that one."""
+    v: Vocabulary = entry.vocabulary
+    return ModelMetadata(path=Path(entry.path), architecture=entry.architecture, name=entry.model_name,
+                         vocab_type=v.vocab_type, tokens=(), n_vocab=v.n_vocab, bos_id=v.bos_id,
+                         eos_id=v.eos_id, add_bos=v.add_bos, add_eos=v.add_eos, chat_template=None,
+                         context_length=entry.context_length, file_type=None, file_size=entry.size)
+
+
+def _read(entry: LibraryEntry) -> tuple[ModelMetadata | None, str | None]:
+    try:
+        return read_metadata(entry.path), None
+    except ModelFileError as exc:
+        return None, f"changed since the scan: {exc}"
+    except (OSError, ValueError, MemoryError) as exc:
+        return None, f"cannot be read again ({exc})"

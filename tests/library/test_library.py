@@ -1,0 +1,250 @@
+"""The model library over a real folder tree of small GGUF files written here: LM Studio's
+layout, Ollama's manifests and blobs, the Hugging Face hub cache with its snapshot links,
+a user folder with a split model and hostile files; then the draft finder's ranking."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "engine"))
+from gguf_factory import make_tokens, write_vocab_gguf  # noqa: E402
+
+from app.library.cache import load_cache  # noqa: E402
+from app.library.drafts import compatible_drafts, find_drafts  # noqa: E402
+from app.library.entries import parameters_shown, quantisation_in_name  # noqa: E402
+from app.library.locations import FOLDER, HUGGING_FACE, LM_STUDIO, OLLAMA, Location  # noqa: E402
+from app.library.scan import library_locations, scan_library  # noqa: E402
+
+TOKENS = make_tokens(64)
+
+
+def model(path: Path, *, tokens=None, padding: int = 0, arch: str = "llama", **kw) -> Path:
+    """A vocab-only GGUF with one small tensor; ``padding`` bytes of chat template make it bigger."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return write_vocab_gguf(path, TOKENS if tokens is None else tokens, arch=arch, tensor=True,
+                            chat_template="x" * padding if padding else None, context_length=2048, **kw)
+
+
+def ollama_blob(root: Path, name: str, tag: str, **kw) -> Path:
+    staging = model(root / "staging.gguf", **kw)
+    data = staging.read_bytes()
+    staging.unlink()
+    digest = hashlib.sha256(data).hexdigest()
+    blob = root / "blobs" / f"sha256-{digest}"
+    blob.parent.mkdir(parents=True, exist_ok=True)
+    blob.write_bytes(data)
+    manifest = root / "manifests" / "registry.ollama.ai" / "library" / name / tag
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    manifest.write_text(json.dumps({"schemaVersion": 2, "layers": [
+        {"mediaType": "application/vnd.ollama.image.template", "digest": "sha256:" + "0" * 64},
+        {"mediaType": "application/vnd.ollama.image.model", "digest": f"sha256:{digest}", "size": len(data)},
+    ]}))
+    return blob
+
+
+def hub_file(hub: Path, repo: str, filename: str, **kw) -> Path:
+    folder = hub / ("models--" + repo.replace("/", "--"))
+    blob = model(folder / "blobs" / hashlib.sha256(filename.encode()).hexdigest(), **kw)
+    link = folder / "snapshots" / "abc123" / filename
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(os.path.relpath(blob, link.parent))
+    return link
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    home = tmp_path / "home"
+    lms = home / ".lmstudio" / "models"
+    model(lms / "bigco" / "Big-7B-GGUF" / "Big-7B-Q8_0.gguf", padding=40_000)           # the target
+    model(lms / "bigco" / "Big-7B-GGUF" / "Big-0.5B-Q4_K_M.gguf", padding=4_000)        # same vocab, small
+    model(lms / "bigco" / "Huge-GGUF" / "Huge-F16.gguf", padding=60_000)                # same vocab, bigger
+    ollama_blob(home / ".ollama" / "models", "tiny", "latest", padding=1_000)           # same vocab, smallest
+    hub = home / ".cache" / "huggingface" / "hub"
+    hub_file(hub, "org/Near-GGUF", "near-q4_0.gguf", tokens=TOKENS + ["extra"], padding=2_000)  # vocab +1
+    hub_file(hub, "org/Other-GGUF", "other-q4_0.gguf", arch="qwen2", padding=3_000)     # other family
+    differs = list(TOKENS)
+    differs[10] = "changed"
+    hub_file(hub, "org/Diff-GGUF", "diff.gguf", tokens=differs, padding=500)            # token 10 differs
+    hub_file(hub, "org/Wide-GGUF", "wide.gguf", tokens=make_tokens(400), padding=500)   # vocab size
+    hub_file(hub, "org/Bos-GGUF", "bos.gguf", bos_id=0, padding=500)                    # special tokens
+    return home
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    mine = tmp_path / "mine"
+    model(mine / "Big-7B-Q8_0-00001-of-00002.gguf", padding=100)     # part 2 missing
+    model(mine / "Whole-00001-of-00002.gguf", padding=100)
+    model(mine / "Whole-00002-of-00002.gguf")
+    (mine / "garbage.gguf").write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 16)           # counts past the end
+    (mine / "pointer.gguf").write_text("version https://git-lfs.github.com/spec/v1\noid sha256:00\n")
+    (mine / "empty.gguf").write_bytes(b"")
+    (mine / "loop").symlink_to(mine)                                                    # never followed
+    return mine
+
+
+def scan(home: Path, folder: Path, tmp_path: Path, **kw):
+    locations = library_locations([folder], environ={}, home=home)
+    return scan_library(locations, cache_path=tmp_path / "library.json", **kw)
+
+
+def by_name(result, name: str):
+    return next(e for e in result.entries if e.name == name)
+
+
+def test_scan_names_every_file_as_its_owner_does(home, folder, tmp_path):
+    result = scan(home, folder, tmp_path)
+    kinds = [location.kind for location in result.locations]
+    assert kinds == [LM_STUDIO, OLLAMA, HUGGING_FACE, FOLDER]
+    names = {e.name: e for e in result.entries}
+    assert set(names) == {
+        "bigco/Big-7B-GGUF/Big-7B-Q8_0.gguf", "bigco/Big-7B-GGUF/Big-0.5B-Q4_K_M.gguf", "tiny:latest",
+        "bigco/Huge-GGUF/Huge-F16.gguf",
+        "org/Near-GGUF/near-q4_0.gguf", "org/Other-GGUF/other-q4_0.gguf", "org/Diff-GGUF/diff.gguf",
+        "org/Wide-GGUF/wide.gguf", "org/Bos-GGUF/bos.gguf",
+        "Big-7B-Q8_0-00001-of-00002.gguf", "Whole-00001-of-00002.gguf",
+        "garbage.gguf", "pointer.gguf", "empty.gguf"}
+    tiny = names["tiny:latest"]
+    assert tiny.source == OLLAMA and Path(tiny.path).name.startswith("sha256-")
+    assert (tiny.architecture, tiny.context_length, tiny.n_parameters) == ("llama", 2048, 8)
+    assert tiny.size == Path(tiny.path).stat().st_size
+    big = names["bigco/Big-7B-GGUF/Big-7B-Q8_0.gguf"]
+    assert big.quantisation == "Q8_0" and big.source == LM_STUDIO  # from the name: the file has no file_type
+    whole = names["Whole-00001-of-00002.gguf"]
+    assert whole.usable and whole.parts == 2 and whole.n_parameters == 16 and "split in 2 parts" in whole.notes
+    assert whole.size == sum(p.stat().st_size for p in folder.glob("Whole-*"))
+
+
+def test_hostile_files_are_refused_with_the_validators_reason(home, folder, tmp_path):
+    result = scan(home, folder, tmp_path)
+    refused = {e.name: e.refused for e in result.refused}
+    assert set(refused) == {"garbage.gguf", "pointer.gguf", "empty.gguf", "Big-7B-Q8_0-00001-of-00002.gguf"}
+    assert "declares" in refused["garbage.gguf"] and "\n" not in refused["garbage.gguf"]
+    assert "Git LFS pointer" in refused["pointer.gguf"]
+    assert "is empty" in refused["empty.gguf"]
+    assert "2 parts, 1 missing" in refused["Big-7B-Q8_0-00001-of-00002.gguf"]
+    assert result.entries[-1].refused  # refused ones are listed after the usable
+
+
+def test_a_rescan_reads_only_what_changed(home, folder, tmp_path):
+    first = scan(home, folder, tmp_path)
+    assert first.read == len(first.entries)
+    again = scan(home, folder, tmp_path)
+    assert again.read == 0 and again.entries == first.entries
+    changed = home / ".lmstudio/models/bigco/Big-7B-GGUF/Big-0.5B-Q4_K_M.gguf"
+    model(changed, padding=5_000)  # rewritten: new size and time
+    third = scan(home, folder, tmp_path)
+    assert third.read == 1
+    assert by_name(third, "bigco/Big-7B-GGUF/Big-0.5B-Q4_K_M.gguf").size == changed.stat().st_size
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"[" * 100_000, b'{"version": 1, "entries": [{"path": 5}, 7]}',
+                                     b"\xff\xfe", json.dumps({"version": 1, "entries": [{"path": "x"}]}).encode()])
+def test_a_damaged_cache_only_costs_a_full_scan(home, folder, tmp_path, content):
+    (tmp_path / "library.json").write_bytes(content)
+    assert load_cache(tmp_path / "library.json") == {}
+    result = scan(home, folder, tmp_path)
+    assert result.read == len(result.entries) == 14
+
+
+def test_cached_entries_that_lie_about_their_types_are_read_again(home, folder, tmp_path):
+    scan(home, folder, tmp_path)
+    document = json.loads((tmp_path / "library.json").read_text())
+    document["entries"][0]["n_parameters"] = "many"
+    document["entries"][1]["vocabulary"] = {"vocab_type": 1}
+    (tmp_path / "library.json").write_text(json.dumps(document))
+    assert scan(home, folder, tmp_path).read == 2
+
+
+def test_progress_and_cancel(home, folder, tmp_path):
+    stop = threading.Event()
+    seen = []
+
+    def progress(done, total, name):
+        seen.append((done, total))
+        if done == 2:
+            stop.set()
+
+    result = scan(home, folder, tmp_path, progress=progress, cancel=stop)
+    assert result.cancelled and len(result.entries) == 3
+    assert seen[0] == (0, 14) and seen[-1] == (2, 14)
+    # What it did read is remembered.
+    assert scan(home, folder, tmp_path).read == 11
+
+
+def test_environment_moves_the_places(tmp_path):
+    ollama = tmp_path / "elsewhere" / "ollama"
+    hub = tmp_path / "elsewhere" / "hub"
+    ollama_blob(ollama, "moved", "q4")
+    hub_file(hub, "a/b", "b.gguf")
+    locations = library_locations(environ={"OLLAMA_MODELS": str(ollama), "HF_HUB_CACHE": str(hub)},
+                                  home=tmp_path / "nobody")
+    assert [(l.kind, l.path) for l in locations] == [(OLLAMA, ollama), (HUGGING_FACE, hub)]
+    result = scan_library(locations, use_cache=False)
+    assert [e.name for e in result.entries] == ["a/b/b.gguf", "moved:q4"]
+
+
+def test_no_places_says_what_to_do(tmp_path):
+    result = scan_library(library_locations(environ={}, home=tmp_path), use_cache=False)
+    assert result.entries == [] and "add a folder" in result.notes[0]
+
+
+def test_an_ollama_manifest_that_lies_names_nothing(tmp_path):
+    root = tmp_path / "ollama"
+    blob = ollama_blob(root, "ok", "latest")
+    bad = root / "manifests" / "registry.ollama.ai" / "library" / "bad"
+    bad.mkdir(parents=True)
+    (bad / "deep").write_text("[" * 50_000)
+    (bad / "escape").write_text(json.dumps({"layers": [
+        {"mediaType": "application/vnd.ollama.image.model", "digest": "sha256:../../../etc/passwd"}]}))
+    (bad / "missing").write_text(json.dumps({"layers": [
+        {"mediaType": "application/vnd.ollama.image.model", "digest": "sha256:" + "a" * 64}]}))
+    result = scan_library([Location(OLLAMA, root)], use_cache=False)
+    assert [(e.name, e.path) for e in result.entries] == [("ok:latest", str(blob))]
+
+
+def test_drafts_ranked_best_first_with_reasons_for_the_rest(home, folder, tmp_path):
+    result = scan(home, folder, tmp_path)
+    target = by_name(result, "bigco/Big-7B-GGUF/Big-7B-Q8_0.gguf")
+    ranked = find_drafts(target, result.entries)
+    verdicts = [(c.entry.name, c.compatible) for c in ranked]
+    assert verdicts[:6] == [
+        ("tiny:latest", True),                              # same family, same vocabulary, smallest
+        ("Whole-00001-of-00002.gguf", True),                # (in two parts, sizes added)
+        ("bigco/Big-7B-GGUF/Big-0.5B-Q4_K_M.gguf", True),
+        ("org/Near-GGUF/near-q4_0.gguf", True),             # same family, a vocabulary within the rules
+        ("org/Other-GGUF/other-q4_0.gguf", True),           # another family sharing the vocabulary
+        ("bigco/Huge-GGUF/Huge-F16.gguf", True),            # not smaller than the target: last
+    ]
+    assert ranked[0].size_ratio > 10 and "smaller than the target" in ranked[0].reason
+    assert "not smaller" in ranked[5].reason
+    reasons = {c.entry.name: c.reason for c in ranked if not c.compatible}
+    assert set(reasons) == {"org/Diff-GGUF/diff.gguf", "org/Wide-GGUF/wide.gguf", "org/Bos-GGUF/bos.gguf"}
+    assert "token 10 differs" in reasons["org/Diff-GGUF/diff.gguf"]
+    assert "vocabulary sizes differ" in reasons["org/Wide-GGUF/wide.gguf"]
+    assert "BOS token ids differ" in reasons["org/Bos-GGUF/bos.gguf"]
+    assert all(c.entry.usable for c in ranked) and target not in [c.entry for c in ranked]
+    assert [c.entry.name for c in compatible_drafts(target, result.entries)] == [n for n, ok in verdicts if ok]
+
+
+def test_a_draft_changed_since_the_scan_is_judged_by_what_is_there_now(home, folder, tmp_path):
+    result = scan(home, folder, tmp_path)
+    target = by_name(result, "bigco/Big-7B-GGUF/Big-7B-Q8_0.gguf")
+    near = by_name(result, "org/Near-GGUF/near-q4_0.gguf")
+    Path(near.path).resolve().write_bytes(b"GGUF")  # replaced by a stub after the scan
+    candidate = next(c for c in find_drafts(target, result.entries) if c.entry.name == near.name)
+    assert not candidate.compatible and candidate.reason.startswith("changed since the scan")
+
+
+def test_words_for_numbers():
+    assert parameters_shown(134_515_008) == "135M" and parameters_shown(7_241_732_096) == "7.2B"
+    assert parameters_shown(0) == "?"
+    assert quantisation_in_name("Qwen2.5-0.5B-Instruct-Q4_K_M.gguf") == "Q4_K_M"
+    assert quantisation_in_name("model-f16.gguf") == "F16" and quantisation_in_name("model.gguf") == ""
