@@ -7,7 +7,11 @@ With ``--repeat N`` each prompt runs N times in every setting and its middle run
 counts (a moment of load elsewhere slows one run, not all of them); the overall
 speed-up carries a 95% interval from resampling the prompts, and auto is set
 against each fixed length prompt by prompt, so "auto beats 8" can be told from
-noise. ``--copy both`` runs every setting with and without copying repeats
+noise. ``--busy N`` runs everything twice, on the machine as it is and then with N
+busy-loop processes of its own (``bench_busy.py``), and sets the two side by side.
+``--workload edit`` runs the edit requests shipped with Tandem (fix, rename, rewrite,
+translate back, over pasted code and text) instead of the default prompts.
+``--copy both`` runs every setting with and without copying repeats
 (``SpecConfig.copy_min``) and sets the two against each other the same way.
 Next to the measured speed-up stands the ideal for the measured acceptance α,
 draft length k and cost ratios c (draft step / target step) and v (verifying k+1
@@ -40,6 +44,9 @@ NO_COPY = " nocopy"  # the label suffix of a setting run without copying repeats
 # Two prompts per Spec-Bench category, written for Tandem and shipped in the package, so the
 # bench runs from a pip install or the bundle; --prompts takes Spec-Bench's own files.
 DEFAULT_PROMPTS = Path(__file__).resolve().parent / "resources" / "bench_prompts.jsonl"
+# Requests that rework what they quote, where copying pays most (``--workload edit``).
+EDIT_WORKLOAD = Path(__file__).resolve().parent / "resources" / "edit_workload.jsonl"
+WORKLOADS = {"default": DEFAULT_PROMPTS, "edit": EDIT_WORKLOAD}
 
 
 class BenchError(TandemError):
@@ -160,9 +167,15 @@ def read_prompts(path: Path, limit: int | None, categories: set[str] | None) -> 
 
 def add_parser(commands, add_model_arguments) -> None:
     bench = commands.add_parser("bench", help="measure speculative vs plain decoding")
-    bench.add_argument("--prompts", type=regular_file, default=DEFAULT_PROMPTS,
+    bench.add_argument("--prompts", type=regular_file, default=None,
                        help="Spec-Bench JSONL (question_id, category, turns) or {\"prompt\"} lines "
-                            "(default: the 26 prompts shipped with Tandem, two per Spec-Bench category)")
+                            "(default: the workload's prompts)")
+    bench.add_argument("--workload", choices=sorted(WORKLOADS), default="default",
+                       help="prompts shipped with Tandem: default (26, two per Spec-Bench category) or "
+                            "edit (fix, rename, rewrite and translate requests over pasted code and text)")
+    bench.add_argument("--busy", type=whole(0, 64, what="a number of processes"), default=0, metavar="N",
+                       help="also run with N busy-loop processes of the bench's own and report quiet "
+                            "and busy figures side by side (default: 0, as the machine is)")
     bench.add_argument("--limit", type=whole(1), default=None,
                        help="at most this many prompts, spread over categories (default: all)")
     bench.add_argument("--categories", default=None, help="comma-separated categories to run (default: all)")
@@ -341,27 +354,85 @@ def format_table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def prompts_path(args: argparse.Namespace) -> Path:
+    """``--prompts`` or the ``--workload``'s file; both at once is a contradiction."""
+    if args.prompts is not None and args.workload != "default":
+        raise BenchError("--prompts and --workload name two prompt sets; give one of them")
+    return args.prompts or WORKLOADS[args.workload]
+
+
+def busy_comparison(quiet: dict, busy: dict) -> dict:
+    """Per setting, overall plain and speculative tokens/s quiet and busy, and busy / quiet."""
+    compared = {}
+    for setting in quiet:
+        q, b = quiet[setting]["overall"], busy[setting]["overall"]
+        row = {}
+        for mode in ("plain", "spec"):
+            key = f"{mode}_tokens_per_second"
+            row[f"{mode}_quiet"], row[f"{mode}_busy"] = q[key], b[key]
+            row[f"{mode}_ratio"] = round(b[key] / q[key], 4) if q[key] else 0.0
+        compared[setting] = row
+    return compared
+
+
+def format_busy(compared: dict, n: int) -> str:
+    lines = [f"quiet vs {n} busy-loop process{'es' if n > 1 else ''} (tokens/s, overall):",
+             f"{'draft':>8} {'plain quiet':>11} {'plain busy':>10} {'ratio':>6} "
+             f"{'spec quiet':>10} {'spec busy':>9} {'ratio':>6}"]
+    for setting, r in compared.items():
+        lines.append(f"{setting:>8} {r['plain_quiet']:>11.1f} {r['plain_busy']:>10.1f} {r['plain_ratio']:>6.2f} "
+                     f"{r['spec_quiet']:>10.1f} {r['spec_busy']:>9.1f} {r['spec_ratio']:>6.2f}")
+    return "\n".join(lines)
+
+
+def _threads_now(session) -> dict:
+    """The thread counts each model ends the run with (adaptive ones may have moved)."""
+    counts = {"target": getattr(session.target, "threads", None)}
+    draft = getattr(session.pair, "draft", None)
+    if draft is not None:
+        counts["draft"] = getattr(draft, "threads", None)
+    return counts
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
+    from app.bench_busy import busy_cores
     from app.terminal import TerminalProgress, load
 
     categories = set(args.categories.split(",")) if args.categories else None
-    prompts = read_prompts(args.prompts, args.limit, categories)
+    prompts = read_prompts(prompts_path(args), args.limit, categories)
     settings = _draft_settings(args.draft_max)
     progress = TerminalProgress()
     session = load(args, progress)
+    busy = threads = None
     try:
         if session.engine.drafter is None:
             raise BenchError(f"Nothing to compare: {session.engine.note}")
         report = run_bench(session.engine, session.target, prompts, settings, args.max_tokens, progress,
                            args.repeat, args.copy)
+        if args.busy:
+            threads = {"quiet": _threads_now(session)}
+            with busy_cores(args.busy):
+                busy = run_bench(session.engine, session.target, prompts, settings, args.max_tokens, progress,
+                                 args.repeat, args.copy)
+            threads["busy"] = _threads_now(session)
         progress.done()
     finally:
         session.close()
     if args.json:
         single = next(iter(report.values())) if len(report) == 1 else {"by_draft_max": report}
+        if busy is not None:
+            single = {"busy_processes": args.busy, "quiet": single,
+                      "busy": next(iter(busy.values())) if len(busy) == 1 else {"by_draft_max": busy},
+                      "busy_vs_quiet": busy_comparison(report, busy), "threads": threads}
         print(json.dumps(single))
     else:
         print(format_table(report))
+        if busy is not None:
+            print(f"\nwith {args.busy} busy-loop process{'es' if args.busy > 1 else ''}:")
+            print(format_table(busy))
+            print()
+            print(format_busy(busy_comparison(report, busy), args.busy))
+            print(f"threads at the end (target/draft): quiet {threads['quiet']}, busy {threads['busy']}")
     if args.chart:
         from app.bench_chart import save_chart
 
