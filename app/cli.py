@@ -65,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from app import bench  # the bench command defines its own options
     bench.add_parser(subcommands, add_model_arguments)
+    from app.server import command as serve  # the serve command defines its own options
+    serve.add_parser(subcommands, add_model_arguments, add_sampling_arguments)
     return parser
 
 
@@ -108,6 +110,10 @@ def run(argv: Sequence[str] | None = None) -> int:
             from app import bench
 
             return bench.cmd_bench(args)
+        if command == "serve":
+            from app.server.command import cmd_serve
+
+            return cmd_serve(args)
         from app import commands
 
         return {"generate": commands.cmd_generate, "chat": commands.cmd_chat,

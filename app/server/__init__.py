@@ -1,0 +1,13 @@
+"""``tandem serve``: the speculative engine behind an OpenAI-compatible HTTP API.
+
+A front end beside the window (docs/ARCHITECTURE.md, "Adding a front end"): it drives
+``app.session`` and imports nothing of Qt.
+
+- ``errors``: OpenAI's error JSON, one ``ApiError`` per refusal;
+- ``requests``: the request bodies (pydantic), checked and turned into a ``JobSpec``;
+- ``worker``: one thread owns the loaded pair and runs jobs first come, first served;
+- ``replies``: the OpenAI response and chunk shapes, with ``tandem`` and ``timings``;
+- ``guard``: the API key, the body cap and JSON errors for every route;
+- ``api``: the routes (FastAPI);
+- ``command``: the ``serve`` subcommand (options, binding, uvicorn, Ctrl+C).
+"""

@@ -1,0 +1,177 @@
+"""The routes: ``/v1/models``, ``/v1/chat/completions``, ``/v1/completions``,
+``/health`` and ``/tandem/requests`` (the recent requests with their figures).
+
+A handler checks the body, queues a ``Job`` on the one ``EngineWorker`` and answers
+with a ``JobResponse``, which waits for the job's output: a refusal found by the engine
+(a prompt over the context) still comes back as a 400, streamed or not, because
+nothing is sent before the job's first output. While it waits, and while it streams,
+it listens for the client going away and cancels the job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from typing import Callable
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
+from starlette.responses import Response
+
+from app.server.errors import ApiError, server_error
+from app.server.guard import DEFAULT_MAX_BODY, Guard
+from app.server.replies import Shapes
+from app.server.requests import Defaults, JobSpec, chat_job, completion_job, parse_json
+from app.server.worker import Delta, EngineWorker, Job, Outcome
+
+log = logging.getLogger(__name__)
+
+_GONE = object()  # pushed into a job's output when its client disconnects
+
+
+def create_app(worker: EngineWorker, *, model_id: str, defaults: Defaults, info=None,
+               api_key: str | None = None, max_body: int = DEFAULT_MAX_BODY, cors_origins=()):
+    """The ASGI application: FastAPI's routes inside the guard (and CORS when asked)."""
+    app = FastAPI(title="Tandem", docs_url=None, redoc_url=None, openapi_url=None)
+    created = int(time.time())
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", "model": model_id, "draft": getattr(info, "draft_name", ""),
+                "speculation": bool(getattr(info, "speculation_available", False)), "waiting": worker.waiting}
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": model_id, "object": "model", "created": created,
+                                            "owned_by": "tandem"}]}
+
+    @app.get("/tandem/requests")
+    async def requests():
+        return {"object": "list", "data": list(worker.recent)}
+
+    async def serve(request: Request, parse: Callable[[dict, Defaults], JobSpec], prefix: str) -> Response:
+        spec = parse(parse_json(await request.body()), defaults)
+        job = Job(spec, asyncio.get_running_loop(), id=f"{prefix}-{uuid.uuid4().hex[:24]}")
+        worker.submit(job)
+        return JobResponse(job, Shapes(spec.kind, job.id, model_id, int(time.time())))
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        return await serve(request, chat_job, "chatcmpl")
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        return await serve(request, completion_job, "cmpl")
+
+    @app.exception_handler(ApiError)
+    async def refused(request: Request, exc: ApiError):
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException):
+        if exc.status_code == 404:
+            error = ApiError(404, f"Unknown route: {request.method} {request.url.path}", code="not_found")
+        elif exc.status_code == 405:
+            error = ApiError(405, f"{request.method} is not allowed on {request.url.path}.",
+                             code="method_not_allowed")
+        else:
+            error = ApiError(exc.status_code, str(exc.detail))
+        return JSONResponse(error.body(), status_code=error.status, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def failed(request: Request, exc: Exception):
+        log.exception("request failed: %s %s", request.method, request.url.path)
+        error = server_error(f"The server failed on this request: {type(exc).__name__}")
+        return JSONResponse(error.body(), status_code=500)
+
+    guarded = Guard(app, api_key=api_key, max_body=max_body)
+    if not cors_origins:
+        return guarded
+    return CORSMiddleware(guarded, allow_origins=list(cors_origins), allow_methods=["GET", "POST", "OPTIONS"],
+                          allow_headers=["Authorization", "Content-Type"])
+
+
+def _sse(obj) -> bytes:
+    return b"data: " + json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n\n"
+
+
+class JobResponse(Response):
+    """The answer to one job, whole or as server-sent events."""
+
+    def __init__(self, job: Job, shapes: Shapes) -> None:
+        super().__init__()
+        self.job, self.shapes = job, shapes
+
+    async def __call__(self, scope, receive, send) -> None:
+        job = self.job
+
+        async def listen() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            job.cancel.set()
+            job.output.put_nowait(_GONE)
+
+        listener = asyncio.create_task(listen())
+        try:
+            await self._respond(send)
+        except OSError:  # the client went away mid-send
+            pass
+        finally:
+            job.cancel.set()  # a reply left early stops; one that ended is not touched
+            listener.cancel()
+
+    async def _respond(self, send) -> None:
+        job, shapes = self.job, self.shapes
+        item = await job.output.get()
+        if item is _GONE:
+            return
+        if isinstance(item, ApiError):
+            await _send_json(send, item.status, item.body())
+            return
+        if not job.spec.stream:
+            texts = []
+            while isinstance(item, Delta):
+                texts.append(item.text)
+                item = await job.output.get()
+            if isinstance(item, ApiError):
+                await _send_json(send, item.status, item.body())
+            elif isinstance(item, Outcome):
+                await _send_json(send, 200, shapes.whole("".join(texts), item))
+            return
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream; charset=utf-8"),
+                                (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]})
+        opening = shapes.opening()
+        if opening is not None:
+            await _send_body(send, _sse(opening))
+        while True:
+            if isinstance(item, Delta):
+                await _send_body(send, _sse(shapes.delta(item, job.spec.token_kinds)))
+            elif isinstance(item, Outcome):
+                chunks = _sse(shapes.closing(item))
+                if job.spec.include_usage:
+                    chunks += _sse(shapes.usage_chunk(item))
+                await _send_body(send, chunks + b"data: [DONE]\n\n", more=False)
+                return
+            elif isinstance(item, ApiError):
+                await _send_body(send, _sse(item.body()) + b"data: [DONE]\n\n", more=False)
+                return
+            else:  # the client is gone
+                return
+            item = await job.output.get()
+
+
+async def _send_body(send, body: bytes, more: bool = True) -> None:
+    await send({"type": "http.response.body", "body": body, "more_body": more})
+
+
+async def _send_json(send, status: int, obj) -> None:
+    body = json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -1,0 +1,133 @@
+"""``tandem serve``: the options, the safety checks, the socket, uvicorn and Ctrl+C.
+
+Binds before loading (a taken port is one line at once, not after the weights are
+read), loads the pair on the engine's own thread, prints the address and a ready
+line, then serves until Ctrl+C, which stops the running reply and the queue.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import socket
+import sys
+
+from app.arg_types import whole
+from app.errors import TandemError
+from app.terminal import UsageError
+
+API_KEY_VARIABLE = "TANDEM_API_KEY"
+GRACEFUL_SECONDS = 5
+
+
+def add_parser(subcommands, add_model_arguments, add_sampling_arguments) -> None:
+    serve = subcommands.add_parser("serve", help="serve the pair through an OpenAI-compatible HTTP API")
+    group = serve.add_argument_group("server")
+    group.add_argument("--host", default="127.0.0.1",
+                       help="address to listen on (default: %(default)s; any other than loopback needs --api-key)")
+    group.add_argument("--port", type=whole(0, 65535), default=8080, metavar="N",
+                       help="port (default: %(default)s; 0 picks a free one)")
+    group.add_argument("--api-key", metavar="KEY", default=None,
+                       help=f"require 'Authorization: Bearer KEY' on every route (default: ${API_KEY_VARIABLE}, or none)")
+    group.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                       help="allow browser pages from ORIGIN (repeatable; default: none)")
+    group.add_argument("--max-body", type=whole(1024, 1 << 30), default=4 * 1024 * 1024, metavar="BYTES",
+                       help="largest request body (default: %(default)s)")
+    group.add_argument("--max-tokens-limit", type=whole(1, 1_000_000), default=None, metavar="N",
+                       help="largest max_tokens a request may ask for (default: the context size)")
+    add_model_arguments(serve)
+    add_sampling_arguments(serve)
+    # A request without max_tokens may use what the context leaves, as OpenAI's does.
+    serve.set_defaults(max_tokens=None)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def bind(host: str, port: int) -> socket.socket:
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as exc:
+        raise UsageError(f"--host {host}: {exc.strerror}") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise TandemError(f"Cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+def url_of(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://{'[' + host + ']' if ':' in host else host}:{port}/v1"
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from app.server.worker import EngineWorker
+    from app.terminal import TerminalProgress, load, spec_from, sampling_from
+
+    api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_VARIABLE) or None
+    if not is_loopback(args.host) and not api_key:
+        raise UsageError(f"--host {args.host} is reachable from other machines; give --api-key KEY "
+                         f"(or set {API_KEY_VARIABLE}), or keep the default 127.0.0.1")
+    sock = bind(args.host, args.port)
+    progress = TerminalProgress()
+    worker = EngineWorker(lambda: load(args, progress))
+    try:
+        session = worker.start()
+        _serve(args, sock, worker, session, api_key, sampling_from(args), spec_from(args))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        worker.stop()
+        sock.close()
+    print("tandem: server stopped", file=sys.stderr)
+    return 0
+
+
+def _serve(args, sock, worker, session, api_key, sampling, spec) -> None:
+    import uvicorn
+
+    from app.server.api import create_app
+    from app.server.requests import Defaults
+
+    info = session.info
+    n_ctx = session.target.n_ctx
+    defaults = Defaults(sampling=sampling, spec=spec, max_tokens=args.max_tokens,
+                        max_tokens_limit=args.max_tokens_limit or n_ctx)
+    compatibility = session.compatibility
+    if spec.enabled and compatibility is not None and not compatibility.ok:
+        print(f"tandem: {compatibility.reason}; serving without speculation", file=sys.stderr)
+    app = create_app(worker, model_id=info.target_name, defaults=defaults, info=info, api_key=api_key,
+                     max_body=args.max_body, cors_origins=args.cors_origin)
+    url = url_of(sock)
+    speculation = (f"speculation on ({info.drafter}, draft-max {spec.draft_max})"
+                   if info.speculation_available and spec.enabled else
+                   f"speculation off ({info.note or 'as asked'})")
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:
+            worker.cancel_all()  # a long reply must not hold the shutdown
+            super().handle_exit(sig, frame)
+
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets)
+            if self.started:
+                print(f"Tandem API: {url}", flush=True)
+                print(f"Ready: {info.target_name}" + (f" + {info.draft_name}" if info.draft_name else "")
+                      + f", {speculation}, context {n_ctx}" + (", API key required" if api_key else "")
+                      + ". Ctrl+C stops.", flush=True)
+
+    config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False, lifespan="off",
+                            timeout_graceful_shutdown=GRACEFUL_SECONDS)
+    Server(config).run(sockets=[sock])

@@ -1,0 +1,219 @@
+"""Request bodies, checked: OpenAI's fields (and llama-server's ``top_k``, ``min_p``,
+``ignore_eos``) plus the ``tandem`` object; unknown fields are ignored, wrong ones
+refused with the field named (``ApiError``, status 400).
+
+Types are strict (``"5"`` is no number, ``1`` no boolean), so a client's mistake is
+reported rather than guessed at.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from app.engine.types import SamplingConfig, SpecConfig
+from app.server.errors import ApiError
+from app.vocabulary import DRAFT_MAX_RANGE
+
+MAX_STOPS = 4         # as OpenAI
+SEED_LIMIT = 2 ** 63  # numpy's generator takes any non-negative integer; keep it to int64
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+
+
+class TandemOptions(_Body):
+    speculative: bool | None = None
+    draft_max: int | Literal["auto"] | None = Field(None)
+    token_kinds: bool = False
+
+
+class StreamOptions(_Body):
+    include_usage: bool = False
+
+
+class ContentPart(_Body):
+    type: str
+    text: str | None = None
+
+
+class Message(_Body):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+
+
+class _Common(_Body):
+    model: str | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=0)
+    min_p: float | None = Field(None, ge=0.0, le=1.0)
+    seed: int | None = Field(None, ge=-1, lt=SEED_LIMIT)
+    stop: str | list[str] | None = None
+    n: int | None = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    ignore_eos: bool | None = None
+    tandem: TandemOptions | None = None
+
+
+class ChatBody(_Common):
+    messages: list[Message] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+
+
+class CompletionBody(_Common):
+    prompt: str | list[str]
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """What a request does not say: the server's command-line choices."""
+
+    sampling: SamplingConfig = SamplingConfig()
+    spec: SpecConfig = SpecConfig()
+    max_tokens: int | None = None  # None: as much as the context leaves
+    max_tokens_limit: int = 4096
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One checked request: what to prompt with and how to decode."""
+
+    kind: Literal["chat", "completion"]
+    sampling: SamplingConfig
+    spec: SpecConfig
+    max_tokens: int
+    stop: tuple[str, ...] = ()
+    stream: bool = False
+    include_usage: bool = False
+    token_kinds: bool = False
+    history: tuple[tuple[str, str], ...] = ()  # chat: the messages after the system prompt
+    system: str = ""
+    prompt: str = ""                           # completion: the raw prompt text
+    speculation_refused: bool = False          # the request itself turned speculation off
+
+
+def parse_json(raw: bytes) -> dict:
+    try:
+        body = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ApiError(400, "The request body is not UTF-8 text.", code="invalid_json") from None
+    except (ValueError, RecursionError) as exc:
+        raise ApiError(400, f"The request body is not valid JSON: {_first_line(exc)}", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "The request body must be a JSON object.", code="invalid_json")
+    return body
+
+
+def chat_job(body: dict, defaults: Defaults) -> JobSpec:
+    checked = _validate(ChatBody, body)
+    system_parts: list[str] = []
+    history: list[tuple[str, str]] = []
+    for index, message in enumerate(checked.messages):
+        text = _content_text(message, index)
+        role = "system" if message.role == "developer" else message.role
+        if role == "system" and not history:
+            system_parts.append(text)   # leading system messages: the system prompt
+        else:
+            history.append((role, text))
+    system = "\n\n".join(system_parts)
+    if not history:  # only a system prompt: it is the whole conversation
+        history, system = [("system", system)], ""
+    requested = checked.max_completion_tokens if checked.max_completion_tokens is not None else checked.max_tokens
+    param = "max_completion_tokens" if checked.max_completion_tokens is not None else "max_tokens"
+    return _job("chat", checked, defaults, requested, param, history=tuple(history), system=system)
+
+
+def completion_job(body: dict, defaults: Defaults) -> JobSpec:
+    checked = _validate(CompletionBody, body)
+    prompt = checked.prompt
+    if isinstance(prompt, list):
+        if len(prompt) != 1:
+            raise ApiError(400, "Only one prompt per request is supported (a list of exactly one string).",
+                           param="prompt")
+        prompt = prompt[0]
+    return _job("completion", checked, defaults, checked.max_tokens, "max_tokens", prompt=prompt)
+
+
+def _job(kind, checked: _Common, defaults: Defaults, requested: int | None, param: str, **prompt) -> JobSpec:
+    if checked.n not in (None, 1):
+        raise ApiError(400, "Only n=1 is supported: one engine writes one reply at a time.", param="n")
+    if requested is not None and requested > defaults.max_tokens_limit:
+        raise ApiError(400, f"{param} is {requested}, over this server's limit of {defaults.max_tokens_limit}.",
+                       param=param)
+    max_tokens = requested or defaults.max_tokens or defaults.max_tokens_limit
+    stops = [checked.stop] if isinstance(checked.stop, str) else list(checked.stop or [])
+    if len(stops) > MAX_STOPS:
+        raise ApiError(400, f"stop holds {len(stops)} sequences; at most {MAX_STOPS} are allowed.", param="stop")
+    sampling = defaults.sampling
+    changes = {name: getattr(checked, name) for name in ("temperature", "top_p", "top_k", "min_p", "ignore_eos")
+               if getattr(checked, name) is not None}
+    if checked.seed is not None:
+        changes["seed"] = None if checked.seed == -1 else checked.seed
+    sampling = dataclasses.replace(sampling, **changes)
+    options = checked.tandem or TandemOptions()
+    spec = defaults.spec
+    if options.speculative is not None:
+        spec = dataclasses.replace(spec, enabled=options.speculative)
+    if options.draft_max is not None:
+        low, high = DRAFT_MAX_RANGE
+        if options.draft_max != "auto" and not low <= options.draft_max <= high:
+            raise ApiError(400, f"tandem.draft_max must be {low}-{high} or \"auto\".", param="tandem.draft_max")
+        spec = dataclasses.replace(spec, draft_max=options.draft_max, draft_min=min(spec.draft_min, _length(options.draft_max)))
+    return JobSpec(kind=kind, sampling=sampling, spec=spec, max_tokens=max_tokens,
+                   stop=tuple(s for s in stops if s), stream=bool(checked.stream),
+                   include_usage=bool(checked.stream_options and checked.stream_options.include_usage),
+                   token_kinds=options.token_kinds, speculation_refused=options.speculative is False, **prompt)
+
+
+def _length(draft_max) -> int:
+    return DRAFT_MAX_RANGE[1] if draft_max == "auto" else draft_max
+
+
+def _content_text(message: Message, index: int) -> str:
+    content = message.content
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    texts = []
+    for part_index, part in enumerate(content):
+        if part.type != "text" or part.text is None:
+            raise ApiError(400, f"Only text content is supported, not {part.type!r}.",
+                           param=f"messages[{index}].content[{part_index}]")
+        texts.append(part.text)
+    return "\n".join(texts)
+
+
+def _validate(model: type[BaseModel], body: dict):
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        param = _param(error["loc"])
+        raise ApiError(400, f"{param or 'body'}: {error['msg']}", param=param or None) from None
+
+
+def _param(loc) -> str:
+    """pydantic's location as OpenAI writes it: ``messages[0].content``. A union's member
+    names (``str``, ``list[...]``) in the location are pydantic's, not the client's."""
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif part in ("str", "int", "bool", "float") or "[" in str(part) or str(part).startswith("literal"):
+            continue
+        else:
+            text += ("." if text else "") + str(part)
+    return text
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__

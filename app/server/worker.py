@@ -1,0 +1,269 @@
+"""One engine for every client: a thread that owns the loaded pair and runs jobs in
+the order they arrived (batch 1).
+
+llama.cpp contexts stay on the thread that made them, so the models are loaded on
+this thread and every prompt is built and every reply written here. A job's output
+goes back to its request's event loop through an ``asyncio.Queue``. A client that
+goes away sets the job's ``cancel``: a queued job is skipped, a running one ends
+within one speculative round (the engine checks the event before each round, and
+this loop between tokens).
+
+Consecutive requests share the target's KV cache: the engine keeps whatever prefix
+of the new prompt the cache already holds (``SpeculativeEngine._prefill``), so an
+agent that resends its history evaluates only what it added. Stop sequences are
+matched here, on the reply's text, so a reply ends at its stop string without
+writing one token more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+from app.engine.chat import RenderStopped
+from app.engine.errors import ContextOverflowError
+from app.engine.types import Stats, StopReason
+from app.errors import TandemError
+from app.server.errors import ApiError, server_error
+from app.server.requests import JobSpec
+
+log = logging.getLogger(__name__)
+
+RECENT_REQUESTS = 200  # records kept for /tandem/requests (and a window's list)
+
+
+@dataclass(frozen=True)
+class Delta:
+    """Reply text, and the kinds of the tokens that completed it (in order)."""
+
+    text: str
+    kinds: tuple[str, ...]
+
+
+@dataclass
+class Outcome:
+    """How a job ended: its figures, for the final chunk and the request log."""
+
+    finish_reason: str           # stop | length | cancelled
+    completion_tokens: int
+    prompt_tokens: int
+    cached_tokens: int
+    stats: Stats
+    kinds: Counter
+    arrival: int
+    served: int
+    queued_seconds: float
+    speculation_refused: bool = False
+
+
+@dataclass
+class Job:
+    """One request on its way through the engine. Made on the event loop's thread."""
+
+    spec: JobSpec
+    loop: asyncio.AbstractEventLoop
+    id: str = ""
+    cancel: threading.Event = field(default_factory=threading.Event)
+    output: asyncio.Queue = field(default_factory=asyncio.Queue)
+    arrival: int = 0
+    enqueued: float = 0.0
+
+    def push(self, item) -> None:
+        """Hand ``item`` (Delta, Outcome or ApiError) to the request's loop, from any thread."""
+        try:
+            self.loop.call_soon_threadsafe(self.output.put_nowait, item)
+        except RuntimeError:  # the loop is gone (the server is shutting down)
+            self.cancel.set()
+
+
+class StopMatcher:
+    """Finds the first stop sequence in a stream of text, holding back any tail that
+    could be the start of one, so no part of a stop sequence is ever sent."""
+
+    def __init__(self, stops) -> None:
+        self.stops = [s for s in stops if s]
+        self.held = ""
+
+    def feed(self, text: str) -> tuple[str, bool]:
+        if not self.stops:
+            return text, False
+        text = self.held + text
+        found = [i for i in (text.find(s) for s in self.stops) if i >= 0]
+        if found:
+            self.held = ""
+            return text[:min(found)], True
+        keep = max((k for s in self.stops for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
+        self.held = text[len(text) - keep:] if keep else ""
+        return text[:len(text) - keep], False
+
+    def flush(self) -> str:
+        held, self.held = self.held, ""
+        return held
+
+
+class EngineWorker:
+    """Loads the pair on its own thread, then serves jobs first come, first served."""
+
+    def __init__(self, load: Callable[[], object]) -> None:
+        self._load = load
+        self._jobs: queue.Queue[Job | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._arrivals = itertools.count(1)
+        self._served = itertools.count(1)
+        self._loaded = threading.Event()
+        self._load_error: BaseException | None = None
+        self._current: Job | None = None
+        self._thread = threading.Thread(target=self._main, name="tandem-engine", daemon=True)
+        self.session = None
+        self.recent: deque[dict] = deque(maxlen=RECENT_REQUESTS)
+        self.listeners: list[Callable[[dict], None]] = []  # told of each finished request (any thread)
+
+    def start(self):
+        """Load the models (on the worker thread) and return the loaded ``ChatSession``;
+        a failed load raises its error here."""
+        self._thread.start()
+        self._loaded.wait()
+        if self._load_error is not None:
+            raise self._load_error
+        return self.session
+
+    def submit(self, job: Job) -> None:
+        with self._lock:  # arrival numbers in the queue's own order
+            job.arrival = next(self._arrivals)
+            job.enqueued = time.perf_counter()
+            self._jobs.put(job)
+
+    @property
+    def waiting(self) -> int:
+        return self._jobs.qsize()
+
+    def cancel_all(self) -> None:
+        """Stop the running job and every queued one (the server is shutting down)."""
+        with self._lock:
+            current = self._current
+            pending = list(self._jobs.queue)
+        for job in [current, *pending]:
+            if job is not None:
+                job.cancel.set()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.cancel_all()
+        self._jobs.put(None)
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _main(self) -> None:
+        try:
+            self.session = self._load()
+        except BaseException as exc:  # noqa: BLE001 — reported by start() on the caller's thread
+            self._load_error = exc
+            return
+        finally:
+            self._loaded.set()
+        try:
+            while (job := self._jobs.get()) is not None:
+                with self._lock:
+                    self._current = job
+                try:
+                    if job.cancel.is_set():
+                        job.push(self._outcome_of_skipped(job))
+                    else:
+                        self._run(job, next(self._served))
+                finally:
+                    with self._lock:
+                        self._current = None
+        finally:
+            self.session.close()
+
+    def _outcome_of_skipped(self, job: Job) -> Outcome:
+        return Outcome("cancelled", 0, 0, 0, Stats(), Counter(), job.arrival, 0,
+                       time.perf_counter() - job.enqueued)
+
+    def _run(self, job: Job, served: int) -> None:
+        queued = time.perf_counter() - job.enqueued
+        try:
+            outcome = self._reply(job, served, queued)
+        except RenderStopped:
+            outcome = self._outcome_of_skipped(job)
+        except ContextOverflowError as exc:
+            job.push(ApiError(400, str(exc), param="messages" if job.spec.kind == "chat" else "prompt",
+                              code="context_length_exceeded"))
+            return
+        except TandemError as exc:
+            job.push(ApiError(400, str(exc)))
+            return
+        except Exception as exc:  # noqa: BLE001 — the server stays up; the log has the traceback
+            log.exception("request %s failed", job.id)
+            job.push(server_error(f"The engine failed on this request: {type(exc).__name__}: {exc}"))
+            return
+        job.push(outcome)
+        record = request_record(job, outcome)
+        self.recent.append(record)
+        for listener in list(self.listeners):
+            try:
+                listener(record)
+            except Exception:  # noqa: BLE001 — a listener's fault is not the client's
+                log.exception("request listener failed")
+
+    def _reply(self, job: Job, served: int, queued: float) -> Outcome:
+        spec, session = job.spec, self.session
+        if spec.kind == "chat":
+            prompt = session.prompt(spec.history, spec.system, spec.max_tokens, job.cancel)
+        else:
+            from app.session.chat import ChatPrompt
+
+            # Raw text, never control tokens: a '<|im_end|>' in it stays text.
+            prompt = ChatPrompt(session.target.tokenize(spec.prompt, add_special=True, parse_special=False))
+        generation = session.generate(prompt, spec.sampling, spec.spec, spec.max_tokens, job.cancel)
+        matcher = StopMatcher(spec.stop)
+        kinds: Counter = Counter()
+        pending: list[str] = []
+        count, finish = 0, None
+        events = iter(generation)
+        try:
+            for event in events:
+                count += 1
+                kinds[event.kind.value] += 1
+                pending.append(event.kind.value)
+                text, hit = matcher.feed(event.text)
+                if text:
+                    job.push(Delta(text, tuple(pending)))
+                    pending = []
+                if hit:
+                    finish = "stop"
+                    break
+                if job.cancel.is_set():
+                    finish = "cancelled"
+                    break
+            else:
+                tail = matcher.flush()
+                if tail or pending:
+                    job.push(Delta(tail, tuple(pending)))
+        finally:
+            events.close()
+        stats = generation.stats
+        if finish is None:
+            finish = {StopReason.EOS: "stop", StopReason.CANCELLED: "cancelled"}.get(stats.stop_reason, "length")
+        return Outcome(finish, count, stats.prompt_tokens, max(0, stats.prompt_tokens - stats.prompt_eval_tokens),
+                       stats, kinds, job.arrival, served, queued, spec.speculation_refused)
+
+
+def request_record(job: Job, outcome: Outcome) -> dict:
+    """One line of the request log: what a list of served requests shows."""
+    stats = outcome.stats
+    seconds = stats.seconds
+    return {
+        "id": job.id, "kind": job.spec.kind, "arrival": outcome.arrival, "served": outcome.served,
+        "finish_reason": outcome.finish_reason, "prompt_tokens": outcome.prompt_tokens,
+        "cached_tokens": outcome.cached_tokens, "completion_tokens": outcome.completion_tokens,
+        "tokens_per_second": round(outcome.completion_tokens / seconds, 3) if seconds > 0 else 0.0,
+        "acceptance": round(stats.acceptance, 4), "speculative": stats.speculative,
+        "token_kinds": dict(outcome.kinds), "queued_ms": round(outcome.queued_seconds * 1000, 1),
+    }
