@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
-from PySide6.QtCore import QEvent, Qt, Signal
-from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QSizePolicy, QVBoxLayout, QWidget
+from PySide6.QtCore import QEvent, Qt, QUrl, Signal
+from PySide6.QtGui import QDesktopServices
+from PySide6.QtWidgets import QFrame, QLabel, QMessageBox, QScrollArea, QSizePolicy, QVBoxLayout, QWidget
 
 from app.engine.types import Stats, TokenEvent
 from app.ui.message_view import (
@@ -21,11 +22,13 @@ from app.ui.message_view import (
     ChatMessage,
     ReplyAction,
 )
+from app.ui.markdown_render import safe_href
 from app.ui.token_style import TokenStyle, is_dark
 
 EMPTY_TEXT = ("Ask anything. The reply is written by the target model; "
               "colours show which tokens the draft model guessed right.")
 _BOTTOM_SLACK = 24  # px from the bottom that still counts as "following the reply"
+ZOOM_STEPS = (0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.4, 1.6, 1.8, 2.0)  # reading-text scales, Ctrl+= / Ctrl+-
 
 VIEW_STYLE = """
 #chatColumn { background: palette(base); }
@@ -36,13 +39,17 @@ QFrame#userMessage QTextEdit, QFrame#assistantMessage QTextEdit { border: none; 
 QLabel#messageState, QLabel#messageStats { color: palette(placeholder-text); }
 QLabel#messageStats[error="true"] { color: #c62828; }
 QLabel#emptyChat { color: palette(placeholder-text); font-size: 11pt; }
+QFrame#codeBlock { background: palette(alternate-base); border: 1px solid palette(midlight); border-radius: 6px; }
+QLabel#codeLanguage { color: palette(placeholder-text); font-size: 8pt; }
 """
 
 
 class ChatView(QScrollArea):
     style_changed = Signal(object)  # TokenStyle: colours switched or the theme changed
+    zoom_changed = Signal(float)    # the reading-text scale
 
-    def __init__(self, parent: QWidget | None = None, *, show_colours: bool = True) -> None:
+    def __init__(self, parent: QWidget | None = None, *, show_colours: bool = True,
+                 markdown: bool = True, zoom: float = 1.0) -> None:
         super().__init__(parent)
         self.setObjectName("chatView")
         self.setWidgetResizable(True)
@@ -66,6 +73,8 @@ class ChatView(QScrollArea):
         self._messages: list[ChatMessage] = []
         self._reply_actions: list[ReplyAction] = []
         self._show_colours = show_colours
+        self._markdown = markdown
+        self._zoom = _nearest_step(zoom)
         self.token_style = TokenStyle(is_dark(self.palette()), show_colours)
         self._follow = True
         bar = self.verticalScrollBar()
@@ -78,14 +87,16 @@ class ChatView(QScrollArea):
         return list(self._messages)
 
     def add_user_message(self, text: str) -> ChatMessage:
-        message = self._add(ChatMessage(USER, self.token_style))
+        message = self._add(ChatMessage(USER, self.token_style, text_scale=self._zoom))
         message.set_plain_text(text)
         return message
 
     def add_reply(self, events: Iterable[TokenEvent] = (), stats: Stats | None = None,
                   status: str = STREAMING) -> ChatMessage:
         """A reply: streaming by default; with ``events`` and a final status, one restored whole."""
-        message = self._add(ChatMessage(ASSISTANT, self.token_style, self._reply_actions))
+        message = self._add(ChatMessage(ASSISTANT, self.token_style, self._reply_actions,
+                                        markdown=self._markdown, text_scale=self._zoom))
+        message.link_clicked.connect(self.open_link)
         events = list(events)
         if events:
             message.append_events(events)
@@ -131,6 +142,45 @@ class ChatView(QScrollArea):
             if message.role == ASSISTANT:
                 message.add_action(label, tooltip, handler)
 
+    # --- links --------------------------------------------------------------------------------
+
+    def open_link(self, href: str) -> bool:
+        """A link in a reply was clicked: only http(s)/mailto, and only after the user agrees."""
+        url = safe_href(href)
+        if url is None:
+            return False
+        answer = QMessageBox.question(
+            self, "Open link?",
+            f"The reply links to:\n\n{url}\n\nOpen it in your browser?",
+            QMessageBox.StandardButton.Open | QMessageBox.StandardButton.Cancel,
+            QMessageBox.StandardButton.Cancel)
+        if answer != QMessageBox.StandardButton.Open:
+            return False
+        return QDesktopServices.openUrl(QUrl(url))
+
+    # --- zoom ---------------------------------------------------------------------------------
+
+    @property
+    def zoom(self) -> float:
+        return self._zoom
+
+    def set_zoom(self, zoom: float) -> None:
+        zoom = _nearest_step(zoom)
+        if zoom != self._zoom:
+            self._zoom = zoom
+            for message in self._messages:
+                message.set_text_scale(zoom)
+            self.zoom_changed.emit(zoom)
+
+    def zoom_in(self) -> None:
+        self.set_zoom(ZOOM_STEPS[min(len(ZOOM_STEPS) - 1, ZOOM_STEPS.index(self._zoom) + 1)])
+
+    def zoom_out(self) -> None:
+        self.set_zoom(ZOOM_STEPS[max(0, ZOOM_STEPS.index(self._zoom) - 1)])
+
+    def reset_zoom(self) -> None:
+        self.set_zoom(1.0)
+
     # --- colours ------------------------------------------------------------------------------
 
     @property
@@ -170,3 +220,7 @@ class ChatView(QScrollArea):
     def _keep_following(self, _minimum: int, maximum: int) -> None:
         if self._follow:
             self.verticalScrollBar().setValue(maximum)
+
+
+def _nearest_step(zoom: float) -> float:
+    return min(ZOOM_STEPS, key=lambda step: abs(step - zoom))

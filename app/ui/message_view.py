@@ -2,23 +2,22 @@
 
 Model text goes in through ``QTextCursor.insertText`` with a character format,
 never through HTML, so ``<b>`` or ``<img src=…>`` in a reply stay literal text.
+A reply shows its Markdown formatted (``markdown_view``) with a per-message
+"Source" toggle back to the coloured source text; a user's message is always
+shown as written.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Callable, Iterable
 
-from PySide6.QtCore import QEvent, QPointF, Qt, QTimer, Signal
-from PySide6.QtGui import QGuiApplication, QTextCursor, QTextOption
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QFont, QGuiApplication, QTextCursor
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
-    QSizePolicy,
-    QTextEdit,
     QToolButton,
-    QToolTip,
     QVBoxLayout,
     QWidget,
 )
@@ -26,7 +25,9 @@ from PySide6.QtWidgets import (
 from app.engine.types import Stats, TokenEvent, TokenKind
 from app.vocabulary import MessageState
 from app.ui.stats_format import message_summary
-from app.ui.token_style import TokenStyle, corrected_tooltip
+from app.ui.markdown_view import MarkdownBody
+from app.ui.message_text import MessageText
+from app.ui.token_style import TokenStyle
 
 USER, ASSISTANT = "user", "assistant"
 # streaming: tokens still arriving; complete/stopped: done (kept in the conversation);
@@ -41,71 +42,15 @@ STATE_TIPS = {INTERRUPTED: "Tandem closed before this reply was finished; this i
 ReplyAction = tuple[str, str, Callable[["ChatMessage"], None]]  # label, tooltip, handler
 
 
-class MessageText(QTextEdit):
-    """Read-only text that grows to fit its content (the chat view scrolls, not each message)."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setReadOnly(True)
-        self.setAcceptRichText(False)
-        self.setUndoRedoEnabled(False)  # an undo stack per token would only cost memory
-        self.setAcceptDrops(False)  # a dropped model file goes on to the window
-        self.setFrameShape(QFrame.Shape.NoFrame)
-        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
-        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
-        self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse
-                                     | Qt.TextInteractionFlag.TextSelectableByKeyboard)
-        self.viewport().setAutoFillBackground(False)
-        self.document().setDocumentMargin(2)
-        self.document().documentLayout().documentSizeChanged.connect(self._fit_height)
-        self._fit_height()
-
-    def _fit_height(self, *_: object) -> None:
-        height = math.ceil(self.document().size().height()) + 2 * self.frameWidth()
-        if height != self.height():
-            self.setFixedHeight(height)
-
-    def wheelEvent(self, event) -> None:  # noqa: N802 — let the chat view scroll
-        event.ignore()
-
-    def viewportEvent(self, event: QEvent) -> bool:  # noqa: N802
-        if event.type() == QEvent.Type.ToolTip:
-            tip = self.tooltip_at(event.pos())
-            if tip:
-                QToolTip.showText(event.globalPos(), tip, self.viewport())
-            else:
-                QToolTip.hideText()
-                event.ignore()
-            return True
-        return super().viewportEvent(event)
-
-    def tooltip_at(self, pos) -> str | None:
-        """The corrected-token tooltip for the character under viewport point ``pos``."""
-        point = QPointF(pos.x() + self.horizontalScrollBar().value(), pos.y() + self.verticalScrollBar().value())
-        position = self.document().documentLayout().hitTest(point, Qt.HitTestAccuracy.ExactHit)
-        if position < 0:
-            return None
-        cursor = QTextCursor(self.document())
-        for start in (position, position - 1):  # the character after the hit, then the one before
-            if start < 0 or start >= self.document().characterCount() - 1:
-                continue
-            cursor.setPosition(start)
-            cursor.movePosition(QTextCursor.MoveOperation.NextCharacter, QTextCursor.MoveMode.KeepAnchor)
-            tip = corrected_tooltip(cursor.charFormat())
-            if tip:
-                return tip
-        return None
-
-
 class ChatMessage(QFrame):
     """A user message or an assistant reply. A reply keeps its tokens and its stats."""
 
     copied = Signal()
 
+    link_clicked = Signal(str)  # a safe href in the formatted reply; the chat view asks first
+
     def __init__(self, role: str, style: TokenStyle, actions: Iterable[ReplyAction] = (),
-                 parent: QWidget | None = None) -> None:
+                 parent: QWidget | None = None, *, markdown: bool = True, text_scale: float = 1.0) -> None:
         super().__init__(parent)
         self.role = role
         self.setObjectName("userMessage" if role == USER else "assistantMessage")
@@ -142,10 +87,22 @@ class ChatMessage(QFrame):
                 self.add_action(label, tooltip, handler)
         header.addWidget(self.copy_button)
 
-        self.text_view = MessageText(self)
-        font = self.text_view.font()
-        font.setPointSizeF(font.pointSizeF() * 1.12)  # reading text, a touch above UI text
-        self.text_view.setFont(font)
+        # The source view (coloured tokens as written) is kept in step lazily: while the
+        # formatted view shows, it catches up only when shown or read (``text_view``).
+        self._source = MessageText(self)
+        self._source_synced = 0  # events drawn into it
+        self._base_font = QFont(self._source.font())
+        self.markdown_view: MarkdownBody | None = None
+        self.source_button: QToolButton | None = None
+        if role == ASSISTANT and markdown:
+            self.markdown_view = MarkdownBody(style, self)
+            self.markdown_view.link_clicked.connect(self.link_clicked)
+            self.source_button = self._tool_button("Source", "Show this reply's Markdown source",
+                                                   lambda: self.set_show_source(self.source_button.isChecked()))
+            self.source_button.setCheckable(True)
+            header.insertWidget(header.indexOf(self.copy_button), self.source_button)
+            self._source.setVisible(False)
+        self.set_text_scale(text_scale)
         self.stats_label = QLabel(self)
         self.stats_label.setObjectName("messageStats")
         self.stats_label.setTextFormat(Qt.TextFormat.PlainText)
@@ -156,7 +113,9 @@ class ChatMessage(QFrame):
         layout.setContentsMargins(12, 8, 12, 8)
         layout.setSpacing(4)
         layout.addLayout(header)
-        layout.addWidget(self.text_view)
+        layout.addWidget(self._source)
+        if self.markdown_view is not None:
+            layout.addWidget(self.markdown_view)
         layout.addWidget(self.stats_label)
         self._show_state()
 
@@ -165,6 +124,39 @@ class ChatMessage(QFrame):
     def text(self) -> str:
         return "".join(self._plain_text)
 
+    @property
+    def text_view(self) -> MessageText:
+        """The source view: the text as written, coloured by token kind (brought up to date)."""
+        self._sync_source()
+        return self._source
+
+    @property
+    def showing_source(self) -> bool:
+        return self.markdown_view is None or self.markdown_view.isHidden()
+
+    def set_show_source(self, show: bool) -> None:
+        """Show the Markdown source (coloured tokens as written) or the formatted reply."""
+        if self.markdown_view is None:
+            return
+        if show:
+            self._sync_source()
+        self._source.setVisible(show)
+        self.markdown_view.setVisible(not show)
+        if self.source_button is not None:
+            self.source_button.setChecked(show)
+            self.source_button.setText("Formatted" if show else "Source")
+            self.source_button.setToolTip("Show this reply formatted" if show
+                                          else "Show this reply's Markdown source")
+
+    def set_text_scale(self, scale: float) -> None:
+        """Zoom: reading text at ``scale`` times its normal size (a touch above UI text)."""
+        font = QFont(self._base_font)
+        font.setPointSizeF(self._base_font.pointSizeF() * 1.12 * scale)
+        self._source.setFont(font)
+        if self.markdown_view is not None:
+            self.markdown_view.setFont(font)
+            self.markdown_view.refont()
+
     def set_plain_text(self, text: str) -> None:
         """A user message (or a reply restored without token kinds)."""
         self.append_events([TokenEvent(-1, text, TokenKind.PLAIN)])
@@ -172,25 +164,36 @@ class ChatMessage(QFrame):
     def append_events(self, events: list[TokenEvent]) -> None:
         self.events.extend(events)
         self._plain_text.extend(e.text for e in events)
-        self._insert(events)
+        if self.markdown_view is not None:
+            self.markdown_view.append(events)
+        if self.showing_source:
+            self._sync_source()
 
     def finish(self, stats: Stats | None, status: MessageState = COMPLETE) -> None:
         self.stats = stats
         self.status = status
         self.request_id = None
+        if self.markdown_view is not None:
+            self.markdown_view.finish()
         self._show_state()
 
     def fail(self, message: str) -> None:
         self.error = message
         self.status = FAILED if not self.text() else STOPPED
         self.request_id = None
+        if self.markdown_view is not None:
+            self.markdown_view.finish()
         self._show_state()
 
     def restyle(self, style: TokenStyle) -> None:
         """Re-render with other colours (theme change, colours on/off); the text stays."""
         self._style = style
-        self.text_view.clear()
-        self._insert(self.events)
+        self._source.clear()
+        self._source_synced = 0
+        if self.showing_source:
+            self._sync_source()
+        if self.markdown_view is not None:
+            self.markdown_view.restyle(style)
 
     def add_action(self, label: str, tooltip: str, handler: Callable[[ChatMessage], None]) -> QToolButton:
         button = self._tool_button(label, tooltip, lambda: handler(self))
@@ -207,8 +210,13 @@ class ChatMessage(QFrame):
 
     # --- internals ----------------------------------------------------------------------------
 
+    def _sync_source(self) -> None:
+        if self._source_synced < len(self.events):
+            self._insert(self.events[self._source_synced:])
+            self._source_synced = len(self.events)
+
     def _insert(self, events: list[TokenEvent]) -> None:
-        cursor = QTextCursor(self.text_view.document())
+        cursor = QTextCursor(self._source.document())
         cursor.movePosition(QTextCursor.MoveOperation.End)
         cursor.beginEditBlock()  # one layout pass per batch, not per token
         run: list[str] = []

@@ -17,7 +17,7 @@ MARKUP = ["<b>bold</b>", " <img src=x onerror=alert(1)>", " <a href=\"https://ex
 
 @pytest.fixture
 def view(qtbot) -> ChatView:
-    widget = ChatView()
+    widget = ChatView(markdown=False)  # these tests read the source view; test_markdown_view.py the formatted one
     qtbot.addWidget(widget)
     widget.resize(600, 400)
     widget.show()

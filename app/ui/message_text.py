@@ -1,0 +1,90 @@
+"""Read-only message text that grows to fit, leaves wheel scrolling to the chat, and shows corrected tokens' tooltips."""
+
+from __future__ import annotations
+
+import math
+
+from PySide6.QtCore import QEvent, QPointF, Qt, Signal
+from PySide6.QtGui import QTextCursor, QTextOption
+from PySide6.QtWidgets import QFrame, QSizePolicy, QTextEdit, QToolTip, QWidget
+
+from app.ui.token_style import corrected_tooltip
+
+
+class MessageText(QTextEdit):
+    """Read-only text that grows to fit its content (the chat view scrolls, not each message).
+
+    A click on a link only emits ``link_clicked``: whoever listens asks before anything opens.
+    """
+
+    link_clicked = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setReadOnly(True)
+        self.setAcceptRichText(False)
+        self.setUndoRedoEnabled(False)  # an undo stack per token would only cost memory
+        self.setAcceptDrops(False)  # a dropped model file goes on to the window
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse
+                                     | Qt.TextInteractionFlag.TextSelectableByKeyboard)
+        self.viewport().setAutoFillBackground(False)
+        self.document().setDocumentMargin(2)
+        self.document().documentLayout().documentSizeChanged.connect(self._fit_height)
+        self._fit_height()
+
+    def _fit_height(self, *_: object) -> None:
+        height = math.ceil(self.document().size().height()) + 2 * self.frameWidth()
+        if height != self.height():
+            self.setFixedHeight(height)
+
+    def wheelEvent(self, event) -> None:  # noqa: N802 — let the chat view scroll
+        event.ignore()
+
+    def mousePressEvent(self, event) -> None:  # noqa: N802
+        self._pressed_on = self.anchorAt(event.position().toPoint())
+        super().mousePressEvent(event)
+
+    def mouseReleaseEvent(self, event) -> None:  # noqa: N802
+        super().mouseReleaseEvent(event)
+        href = self.anchorAt(event.position().toPoint())
+        # A click, not the end of a selection drag that happened to finish on a link.
+        if href and href == getattr(self, "_pressed_on", "") and not self.textCursor().hasSelection():
+            self.link_clicked.emit(href)
+
+    def mouseMoveEvent(self, event) -> None:  # noqa: N802
+        super().mouseMoveEvent(event)
+        over_link = bool(self.anchorAt(event.position().toPoint()))
+        self.viewport().setCursor(Qt.CursorShape.PointingHandCursor if over_link else Qt.CursorShape.IBeamCursor)
+
+    def viewportEvent(self, event: QEvent) -> bool:  # noqa: N802
+        if event.type() == QEvent.Type.ToolTip:
+            tip = self.tooltip_at(event.pos())
+            if tip:
+                QToolTip.showText(event.globalPos(), tip, self.viewport())
+            else:
+                QToolTip.hideText()
+                event.ignore()
+            return True
+        return super().viewportEvent(event)
+
+    def tooltip_at(self, pos) -> str | None:
+        """The corrected-token tooltip for the character under viewport point ``pos``."""
+        point = QPointF(pos.x() + self.horizontalScrollBar().value(), pos.y() + self.verticalScrollBar().value())
+        position = self.document().documentLayout().hitTest(point, Qt.HitTestAccuracy.ExactHit)
+        if position < 0:
+            return None
+        cursor = QTextCursor(self.document())
+        for start in (position, position - 1):  # the character after the hit, then the one before
+            if start < 0 or start >= self.document().characterCount() - 1:
+                continue
+            cursor.setPosition(start)
+            cursor.movePosition(QTextCursor.MoveOperation.NextCharacter, QTextCursor.MoveMode.KeepAnchor)
+            tip = corrected_tooltip(cursor.charFormat())
+            if tip:
+                return tip
+        return None
