@@ -6,7 +6,7 @@ import math
 
 from PySide6.QtCore import QEvent, QPointF, Qt, Signal
 from PySide6.QtGui import QTextCursor, QTextOption
-from PySide6.QtWidgets import QFrame, QSizePolicy, QTextEdit, QToolTip, QWidget
+from PySide6.QtWidgets import QApplication, QFrame, QSizePolicy, QTextEdit, QToolTip, QWidget
 
 from app.ui.token_style import corrected_tooltip
 
@@ -46,14 +46,17 @@ class MessageText(QTextEdit):
         event.ignore()
 
     def mousePressEvent(self, event) -> None:  # noqa: N802
-        self._pressed_on = self.anchorAt(event.position().toPoint())
+        self._pressed_at = event.position().toPoint()
         super().mousePressEvent(event)
 
     def mouseReleaseEvent(self, event) -> None:  # noqa: N802
         super().mouseReleaseEvent(event)
-        href = self.anchorAt(event.position().toPoint())
+        at = event.position().toPoint()
+        href = self.anchorAt(at)
+        pressed = getattr(self, "_pressed_at", None)
         # A click, not the end of a selection drag that happened to finish on a link.
-        if href and href == getattr(self, "_pressed_on", "") and not self.textCursor().hasSelection():
+        if (href and pressed is not None and event.button() == Qt.MouseButton.LeftButton
+                and (at - pressed).manhattanLength() < QApplication.startDragDistance()):
             self.link_clicked.emit(href)
 
     def mouseMoveEvent(self, event) -> None:  # noqa: N802
