@@ -1,0 +1,44 @@
+"""Safe by default: another host than loopback needs a key, and the key guards every route."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from .live_server import LiveServer, tandem
+
+KEY = "test-key-5d1f"
+
+
+def test_a_non_local_bind_without_a_key_is_refused_in_one_line():
+    result = tandem("serve", "--host", "0.0.0.0", "--port", "0")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.count("tandem: error:") == 1 and "--api-key" in result.stderr
+    assert "Loading" not in result.stderr  # refused before any model is read
+
+
+@pytest.fixture(scope="module")
+def keyed(demo_models):
+    live = LiveServer("--host", "0.0.0.0", "--api-key", KEY)
+    live.url = live.url.replace("0.0.0.0", "127.0.0.1")
+    yield live
+    assert live.stop() == 0
+
+
+def test_every_route_needs_the_key(keyed):
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
+        for method, path in (("GET", "/health"), ("GET", "/v1/models"), ("POST", "/v1/chat/completions"),
+                             ("GET", "/no/such/route")):
+            response = httpx.request(method, keyed.url + path, headers=headers, json={}, timeout=60)
+            assert response.status_code == 401, (headers, path)
+            assert response.json()["error"]["code"] == "invalid_api_key"
+
+
+def test_the_openai_client_with_the_key_is_served(keyed):
+    from openai import AuthenticationError, OpenAI
+
+    client = OpenAI(base_url=keyed.base_url, api_key=KEY, max_retries=0, timeout=600)
+    reply = client.chat.completions.create(model="tandem", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+    assert reply.usage.completion_tokens <= 2
+    with pytest.raises(AuthenticationError):
+        OpenAI(base_url=keyed.base_url, api_key="wrong", max_retries=0).models.list()
