@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import html
 import time
-from typing import Iterable
+from typing import Iterable, Protocol
 
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
@@ -26,13 +26,19 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.storage.history import ConversationSummary
-
 UNTITLED = "New chat"
 UNDO_SECONDS = 8
 _ID_ROLE = Qt.ItemDataRole.UserRole
 _TITLE_ROLE = Qt.ItemDataRole.UserRole + 1  # the real title; the shown text may say UNTITLED
 _UNDO_TITLE_CHARS = 40
+
+
+class ConversationRow(Protocol):
+    """What the list shows of a stored conversation (``app.storage.history.ConversationSummary``)."""
+
+    id: int
+    title: str
+    updated_at: float
 
 
 class ConversationSidebar(QWidget):
@@ -101,7 +107,7 @@ class ConversationSidebar(QWidget):
 
     # --- what the owner calls -----------------------------------------------------------
 
-    def set_conversations(self, conversations: Iterable[ConversationSummary], current_id: int | None = None) -> None:
+    def set_conversations(self, conversations: Iterable[ConversationRow], current_id: int | None = None) -> None:
         """Show ``conversations`` in the given order (newest first); keeps the selection if it can."""
         if current_id is None:
             current_id = self.current_id()
@@ -207,7 +213,7 @@ class ConversationSidebar(QWidget):
         self.empty_label.setVisible(self.list.count() == 0)
 
 
-def _item_for(conversation: ConversationSummary) -> QListWidgetItem:
+def _item_for(conversation: ConversationRow) -> QListWidgetItem:
     item = QListWidgetItem()
     item.setData(_ID_ROLE, conversation.id)
     item.setFlags(item.flags() | Qt.ItemFlag.ItemIsEditable)

@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFormLayout, QLabel, QVBoxLayout, QWidget
 
-from app.bridge.models import LoadInfo
 from app.engine.types import DrafterKind, Stats
 from app.ui.stats_format import STOP_REASONS, percent
 
 DASH = "—"
+
+
+class LoadedPair(Protocol):
+    """What the panel shows of a loaded pair (``app.session.chat.LoadInfo``)."""
+
+    target_name: str
+    target_path: str
+    draft_name: str
+    draft_path: str
+    drafter: DrafterKind
+    speculation_available: bool
+    note: str
+    compute: str
 
 
 def _value_label(parent: QWidget, name: str) -> QLabel:
@@ -68,7 +82,7 @@ class StatsPanel(QWidget):
         layout.addSpacing(8)
         layout.addLayout(models)
 
-    def show_models(self, info: LoadInfo | None, status: str = "") -> None:
+    def show_models(self, info: LoadedPair | None, status: str = "") -> None:
         """``info`` None: nothing loaded; ``status`` says why (loading…, failed)."""
         if info is None:
             self.target_label.setText(status or DASH)
@@ -84,7 +98,7 @@ class StatsPanel(QWidget):
         self.draft_label.setToolTip(info.draft_path)
         self.compute_label.setText(f"llama.cpp · {info.compute}")
 
-    def show_speculation(self, wanted: bool, info: LoadInfo | None) -> None:
+    def show_speculation(self, wanted: bool, info: LoadedPair | None) -> None:
         if not wanted:
             text = "off (set in Settings)"
         elif info is None:

@@ -1,32 +1,29 @@
-"""The chat window: wires the composer, the conversation, the side panel and the engine client.
+"""The chat window: builds the widgets and the controllers and joins them.
 
-The window never runs model code: it turns user actions into ``EngineClient``
-requests and engine signals into display calls. Later features attach here:
+The window never runs model code and keeps no chat logic of its own: replies are the
+``ChatController``'s (app/window/chat_controller.py), the history the
+``HistoryController``'s (given a ``HistoryStore``), Compare the ``CompareController``'s,
+the Help menu the ``HelpController``'s. Each gets the widgets and services it works
+with, makes its own actions, and the window places those in its menus. What is left
+here: the window's own actions, the layout, model loading (with its banner and the
+crash-loop guard), settings, drag and drop, geometry and shutdown.
 
-- chat history: given a ``HistoryStore``, the window builds a ``HistoryController``
-  (app/ui/history_controller.py) that puts a conversation sidebar left of the chat
-  (``set_conversation_sidebar``), records what the ``conversation_cleared`` /
-  ``user_message_added`` / ``reply_started`` / ``reply_tokens`` / ``reply_finished`` /
-  ``reply_removed`` signals report, and rebuilds stored conversations with
-  ``ChatView.add_user_message`` / ``add_reply(events, stats, status)``. Every reply the
-  window started ends with ``reply_finished``, also when New chat, switching
-  conversations or closing the window cuts it off (status 'stopped');
-- per-reply actions (Compare, ...): ``chat_view.add_reply_action(label, tooltip, handler)``;
-  ``client.generate(...)`` returns a request id whose ``tokens``/``finished``
-  signals the caller can follow (the window ignores ids it did not start).
+Adding a feature: build its controller in ``__init__`` with the parts it needs
+(``self.chat`` for the replies and their signals, ``self.chat_view``, ``self.notices``,
+``self.side_panel``, ``self.client``, ``self.statusBar().showMessage`` as ``say``),
+then place its ``actions`` in ``_build_menus``; per-reply buttons come from
+``chat_view.add_reply_action(label, tooltip, handler)``.
 """
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QByteArray, Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QDragEnterEvent, QDropEvent, QKeySequence
+from PySide6.QtCore import QByteArray, Qt, Signal
+from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
-    QFrame,
     QLabel,
     QMainWindow,
     QMessageBox,
@@ -40,64 +37,36 @@ from PySide6.QtWidgets import (
 
 from app.bridge.async_glue import PairChecker
 from app.bridge.gpu_poller import GpuPoller
-from app.bridge.models import LoadInfo, ModelSpec
 from app.bridge.worker import EngineClient
-from app.engine.types import (SPECULATION_OFF, DrafterKind, SamplingConfig, SpecConfig, Stats, StopReason,
-                              TokenEvent)
+from app.engine.types import SamplingConfig, SpecConfig
 from app.errors import TandemError
-from app.session import config as session_config
-from app.storage import load_marker
+from app.session.records import reply_meta
 from app.storage.settings import LoadedSettings, Settings, load_settings, save_settings
-from app.ui.about import about_details
 from app.ui.chat_view import ChatView
-from app.window.compare_controller import install_compare
 from app.ui.composer import Composer, model_files
-from app.window.history_controller import EXPORT_FORMATS, HistoryController
-from app.ui.message_view import COMPLETE, STOPPED, ChatMessage
-from app.ui.notices import ERROR, INFO, WARNING, NoticeArea
+from app.ui.load_banner import LoadBanner
+from app.ui.message_view import ChatMessage
+from app.ui.notices import ERROR, WARNING, NoticeArea
 from app.ui.settings_dialog import GGUF_FILTER, SettingsDialog
 from app.ui.side_panel import SidePanel
+from app.ui.sidebar import ConversationSidebar
+from app.window.chat_controller import ChatController
+from app.window.compare_controller import CompareController
+from app.window.help_controller import HelpController
+from app.window.history_controller import HistoryController
+from app.window.model_loading import APP_NAME, ModelLoading
 
 if TYPE_CHECKING:
     from app.storage.history import HistoryStore
 
-APP_NAME = "Tandem"
 MIN_SIZE = (760, 520)
 DEFAULT_SIZE = (1180, 780)
+SIDE_PANEL_WIDTH = 290
+SIDEBAR_WIDTH = 230
 TARGET, DRAFT = "target", "draft"
 
 
-class LoadBanner(QFrame):
-    """Shown while models load (and, on first run, while the demo pair is fetched)."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setObjectName("loadBanner")
-        self.label = QLabel("Loading models…", self)
-        self.label.setTextFormat(Qt.TextFormat.PlainText)
-        self.bar = QProgressBar(self)
-        self.bar.setObjectName("loadProgress")
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 4)
-        layout.addWidget(self.label)
-        layout.addWidget(self.bar)
-
-    def show_progress(self, stage: str, fraction: float) -> None:
-        self.label.setText(stage + "…")
-        if fraction < 0:
-            self.bar.setRange(0, 0)  # busy indicator: size unknown
-        else:
-            self.bar.setRange(0, 1000)
-            self.bar.setValue(round(fraction * 1000))
-
-
 class MainWindow(QMainWindow):
-    conversation_cleared = Signal()
-    user_message_added = Signal(object)     # ChatMessage
-    reply_started = Signal(object)          # ChatMessage
-    reply_tokens = Signal(object, list)     # ChatMessage, [TokenEvent]
-    reply_finished = Signal(object)         # ChatMessage, with status and stats set
-    reply_removed = Signal(object)          # ChatMessage (Regenerate replaces it)
     settings_changed = Signal(object)       # Settings
 
     def __init__(self, loaded: LoadedSettings | None = None, *, client: EngineClient | None = None,
@@ -110,8 +79,6 @@ class MainWindow(QMainWindow):
         self.client = client or EngineClient(parent=self)
         if self.client.parent() is None:
             self.client.setParent(self)
-        self._replies: dict[int, ChatMessage] = {}  # request id -> the reply it fills
-        self._live_stats: dict[int, Stats] = {}     # request id -> its latest live snapshot
         self._settings_dialog: SettingsDialog | None = None
         self._pair_checker = PairChecker(self)
         self._pair_checker.checked.connect(self._show_pair_check)
@@ -121,22 +88,31 @@ class MainWindow(QMainWindow):
         self.setAcceptDrops(True)
         self._build_actions()
         self._build_layout()
-        self._build_menus()
-        self._connect_client()
-        self._restore_geometry()
         if loaded.notice:
             self.notices.show_notice("settings", loaded.notice, WARNING)
+        say = self.statusBar().showMessage
+        self.chat = ChatController(self.client, self.chat_view, self.side_panel.stats, self.notices,
+                                   settings=lambda: self.settings, say=say, parent=self)
+        self.chat.conversation_cleared.connect(self.composer.focus)
         # Without a store (tests, the screenshot script) the window keeps nothing.
-        self.history = HistoryController(self, history_store) if history_store is not None else None
-        for action in self._history_actions:
-            action.setVisible(self.history is not None)
-        self.compare = install_compare(self)
+        self.history = self._build_history(history_store) if history_store is not None else None
+        self.compare = CompareController(self.client, self.chat, self.chat_view, settings=lambda: self.settings,
+                                         say=say, dialog_parent=self)
+        self.help = HelpController(self.client, self.notices, say=say, clear_said=self.statusBar().clearMessage,
+                                   dialog_parent=self)
+        self.models = ModelLoading(self.client, banner=self.load_banner, model_label=self.model_label,
+                                   stats=self.side_panel.stats, composer=self.composer, notices=self.notices,
+                                   settings=lambda: self.settings, say=say, set_title=self.setWindowTitle,
+                                   open_settings=self.open_settings, parent=self)
+        self.client.busy_changed.connect(self._on_busy_changed)
+        self._build_menus()
+        self._restore_geometry()
 
         self.gpu_poller = gpu_poller or GpuPoller(parent=self)
         self.gpu_poller.status_changed.connect(self.side_panel.gpu.show_status)
         self.gpu_poller.start()
-        if not self._refuse_crashed_load():
-            self._load_models(force=True)
+        if not self.models.refuse_crashed_load():
+            self.models.load(force=True)
         self.composer.focus()
 
     # --- building -------------------------------------------------------------------------------
@@ -180,32 +156,6 @@ class MainWindow(QMainWindow):
         self.colours_action.setChecked(self.settings.show_colours)
         self.side_panel_action = self._action("Show side &panel", "F9", self._toggle_side_panel, checkable=True)
         self.side_panel_action.setChecked(True)
-        self.about_action = self._action("&About Tandem", None, self.show_about)
-        self.log_folder_action = self._action("Open &log folder", None, self.open_log_folder,
-                                              tip="Show the folder with Tandem's log files")
-        self.check_action = self._action("&Check speculation", None, self.check_speculation,
-                                         tip="Generate 64 tokens with and without speculation and compare")
-        # Chat history (shown only when the window has a history store).
-        self.export_markdown_action = self._action("Export conversation as &Markdown…", None,
-                                                   lambda: self.export_conversation_dialog("markdown"),
-                                                   tip="Save this conversation as a Markdown file")
-        self.export_json_action = self._action("Export conversation as &JSON…", None,
-                                               lambda: self.export_conversation_dialog("json"),
-                                               tip="Save this conversation with token kinds and stats")
-        self.import_action = self._action("&Import conversation…", None, self.import_conversation_dialog,
-                                          tip="Add a conversation exported as JSON")
-        self.search_chats_action = self._action("&Search chats", QKeySequence.StandardKey.Find, self._search_chats,
-                                                tip="Search chat titles and text (Ctrl+F)")
-        self.rename_chat_action = self._action("Re&name chat", "F2", self._rename_chat,
-                                               tip="Rename the selected chat (F2)")
-        # No window-wide Delete shortcut: Delete edits text in the composer. The list
-        # itself deletes the selected chat on Delete.
-        self.delete_chat_action = self._action("&Delete chat", None, self._delete_chat,
-                                               tip="Delete the selected chat (Delete in the list; undo follows)")
-        self._history_actions = (self.export_markdown_action, self.export_json_action, self.import_action,
-                                 self.search_chats_action, self.rename_chat_action, self.delete_chat_action)
-        self.export_markdown_action.setEnabled(False)
-        self.export_json_action.setEnabled(False)
         self.stop_action.setEnabled(False)
 
     def _build_layout(self) -> None:
@@ -237,7 +187,7 @@ class MainWindow(QMainWindow):
         self.splitter.addWidget(self.side_panel)
         self.splitter.setStretchFactor(0, 1)
         self.splitter.setStretchFactor(1, 0)
-        self.splitter.setSizes([DEFAULT_SIZE[0] - 290, 290])
+        self.splitter.setSizes([DEFAULT_SIZE[0] - SIDE_PANEL_WIDTH, SIDE_PANEL_WIDTH])
         self.setCentralWidget(self.splitter)
 
         toolbar = QToolBar("Main", self)
@@ -253,96 +203,83 @@ class MainWindow(QMainWindow):
         self.model_label.setTextFormat(Qt.TextFormat.PlainText)
         self.statusBar().addPermanentWidget(self.model_label)
 
-    def _build_menus(self) -> None:
-        bar = self.menuBar()
-        file_menu = bar.addMenu("&File")
-        for action in (self.new_chat_action, None, self.export_markdown_action, self.export_json_action,
-                       self.import_action, None, self.open_target_action, self.open_draft_action, None,
-                       self.settings_action, None, self.quit_action):
-            file_menu.addSeparator() if action is None else file_menu.addAction(action)
-        chat_menu = bar.addMenu("&Chat")
-        for action in (self.stop_action, self.regenerate_action, self.copy_reply_action, None,
-                       self.speculation_action, None, self.search_chats_action, self.rename_chat_action,
-                       self.delete_chat_action):
-            chat_menu.addSeparator() if action is None else chat_menu.addAction(action)
-        view_menu = bar.addMenu("&View")
-        view_menu.addAction(self.colours_action)
-        view_menu.addAction(self.side_panel_action)
-        help_menu = bar.addMenu("&Help")
-        help_menu.addAction(self.check_action)
-        help_menu.addAction(self.log_folder_action)
-        help_menu.addAction(self.about_action)
-
-    def _connect_client(self) -> None:
-        client = self.client
-        client.load_progress.connect(self._on_load_progress)
-        client.loaded.connect(self._on_loaded)
-        client.load_failed.connect(self._on_load_failed)
-        client.tokens.connect(self._on_tokens)
-        client.finished.connect(self._on_finished)
-        client.failed.connect(self._on_failed)
-        client.busy_changed.connect(self._on_busy_changed)
-
-    # --- hooks for later features -------------------------------------------------------------
-
-    def set_conversation_sidebar(self, sidebar: QWidget) -> None:
-        """Put a conversation list left of the chat (issue 4's ConversationSidebar)."""
+    def _build_history(self, store: HistoryStore) -> HistoryController:
+        """The conversation sidebar left of the chat, the import bar in the status bar, the
+        controller that keeps them and the store in step."""
+        sidebar = ConversationSidebar(self)
+        sidebar.setObjectName("conversationSidebar")
+        sidebar.setMinimumWidth(180)
+        # Long titles end in "…" rather than widening the list behind a scroll bar.
+        sidebar.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        sidebar.list.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.splitter.insertWidget(0, sidebar)
         self.splitter.setStretchFactor(0, 0)
         self.splitter.setStretchFactor(1, 1)
+        column, panel = self.splitter.sizes()[1:]
+        self.splitter.setSizes([SIDEBAR_WIDTH, max(column - SIDEBAR_WIDTH, 300), panel])
+        import_bar = QProgressBar(self)
+        self.statusBar().addPermanentWidget(import_bar)
+        history = HistoryController(store, chat=self.chat, chat_view=self.chat_view, stats=self.side_panel.stats,
+                                    notices=self.notices, sidebar=sidebar, import_bar=import_bar,
+                                    reply_meta=lambda: reply_meta(self.settings, self.client.info),
+                                    say=self.statusBar().showMessage, dialog_parent=self)
+        self.addActions(list(history.actions))  # their shortcuts work with the menu bar hidden
+        return history
 
-    # --- chatting -------------------------------------------------------------------------------
+    def _build_menus(self) -> None:
+        bar = self.menuBar()
+        history = self.history
+
+        def fill(title: str, *groups) -> None:
+            menu = bar.addMenu(title)
+            for group in (g for g in groups if g):
+                if not menu.isEmpty():
+                    menu.addSeparator()
+                menu.addActions(list(group))
+
+        fill("&File", (self.new_chat_action,), history and history.file_actions,
+             (self.open_target_action, self.open_draft_action), (self.settings_action,), (self.quit_action,))
+        fill("&Chat", (self.stop_action, self.regenerate_action, self.copy_reply_action), (self.speculation_action,),
+             history and history.chat_actions)
+        fill("&View", (self.colours_action, self.side_panel_action), self.compare.actions)
+        fill("&Help", self.help.actions)
+
+
+    # --- chatting: the chat controller's, reachable from the window -------------------------------
+
+    # What the chat reports, for whoever holds the window (tests, tools/stream_bench.py).
+    conversation_cleared = property(lambda self: self.chat.conversation_cleared)
+    user_message_added = property(lambda self: self.chat.user_message_added)
+    reply_started = property(lambda self: self.chat.reply_started)
+    reply_tokens = property(lambda self: self.chat.reply_tokens)
+    reply_finished = property(lambda self: self.chat.reply_finished)
+    reply_removed = property(lambda self: self.chat.reply_removed)
 
     @property
     def busy(self) -> bool:
-        return self.client.busy
+        return self.chat.busy
 
     def send(self, text: str) -> ChatMessage | None:
         """Add the user's message and start the reply; returns the reply (None when busy)."""
-        text = text.strip()
-        if not text or self.client.busy:
-            return None
-        self.user_message_added.emit(self.chat_view.add_user_message(text))
-        return self._start_reply()
+        return self.chat.send(text)
 
     def stop(self) -> None:
-        self.client.stop()
+        self.chat.stop()
 
     def regenerate(self) -> ChatMessage | None:
-        """Drop the last reply and write it again with the current settings."""
-        messages = self.chat_view.messages()
-        if self.client.busy or not messages:
-            return None
-        last = messages[-1]
-        if last.role == "assistant":
-            self.chat_view.remove_message(last)
-            self.reply_removed.emit(last)
-        return self._start_reply()
+        return self.chat.regenerate()
 
     def new_chat(self) -> None:
-        self.clear_chat()
-        self.conversation_cleared.emit()
-        self.composer.focus()
+        self.chat.new_chat()  # the composer takes the focus (conversation_cleared)
 
     def clear_chat(self) -> None:
-        """Empty the conversation on screen; a reply still streaming ends as 'stopped' first."""
-        self._abandon_replies()
-        self.chat_view.clear()
-        self.side_panel.stats.clear_stats()
+        self.chat.clear()
 
-    def _abandon_replies(self) -> None:
-        # The engine stops within a round; its late tokens and its ``finished`` carry an id
-        # the window no longer follows. The reply keeps what was shown and says so, and
-        # ``reply_finished`` lets the history record it as stopped instead of losing it.
-        self.client.stop()
-        replies, self._replies = self._replies, {}
-        for request_id, reply in replies.items():
-            stats = self._live_stats.pop(request_id, None)
-            if stats is not None:
-                stats.stop_reason = StopReason.CANCELLED
-            reply.finish(stats, STOPPED)
-            self.reply_finished.emit(reply)
-        self._live_stats.clear()
+    def sampling_config(self) -> SamplingConfig:
+        return self.chat.sampling_config()
+
+    def spec_config(self) -> SpecConfig:
+        return self.chat.spec_config()
 
     def copy_last_reply(self) -> None:
         reply = self.chat_view.last_reply()
@@ -350,61 +287,17 @@ class MainWindow(QMainWindow):
             reply.copy_to_clipboard()
             self.statusBar().showMessage("Reply copied", 2000)
 
-    def sampling_config(self) -> SamplingConfig:
-        return session_config.sampling_config(self.settings)
+    def export_conversation(self, path: str | Path, fmt: str) -> Path | None:
+        """Write the open conversation to ``path`` ('markdown' or 'json'); None if nothing was written."""
+        return self.history.files.export(Path(path), fmt) if self.history is not None else None
 
-    def spec_config(self) -> SpecConfig:
-        return session_config.spec_config(self.settings)
+    # The Help menu's, as tests reach it.
+    check_action = property(lambda self: self.help.check_action)
+    last_check = property(lambda self: self.help.last_check)
+    last_about = property(lambda self: self.help.last_about)
 
-    def _start_reply(self) -> ChatMessage | None:
-        history = self.chat_view.history()
-        if not history or history[-1][0] != "user":
-            return None
-        reply = self.chat_view.add_reply()
-        reply.request_id = self.client.generate(
-            history, system_prompt=self.settings.system_prompt, sampling=self.sampling_config(),
-            spec=self.spec_config(), max_tokens=self.settings.max_tokens)
-        self._replies[reply.request_id] = reply
-        self.reply_started.emit(reply)
-        return reply
-
-    def _on_tokens(self, request_id: int, events: list[TokenEvent], stats: Stats | None) -> None:
-        reply = self._replies.get(request_id)
-        if reply is None:
-            return  # someone else's request (e.g. a Compare run)
-        self.chat_view.append_tokens(reply, events)
-        if stats is not None:
-            self._live_stats[request_id] = copy.copy(stats)
-            self.side_panel.stats.show_stats(stats, live=True)
-            self._show_prompt_notice(stats)
-        self.reply_tokens.emit(reply, events)
-
-    def _on_finished(self, request_id: int, stats: Stats) -> None:
-        reply = self._replies.pop(request_id, None)
-        self._live_stats.pop(request_id, None)
-        if reply is None:
-            return
-        reply.finish(stats, STOPPED if stats.stop_reason == StopReason.CANCELLED else COMPLETE)
-        self.side_panel.stats.show_stats(stats, live=False)
-        self._show_prompt_notice(stats)
-        self.reply_finished.emit(reply)
-
-    def _show_prompt_notice(self, stats: Stats) -> None:
-        # The model's chat template failed and the reply went ahead with ChatML: say so,
-        # until a reply renders with the template again.
-        if stats.prompt_notice:
-            self.notices.show_notice("template", stats.prompt_notice, WARNING)
-        else:
-            self.notices.clear("template")
-
-    def _on_failed(self, request_id: int, message: str) -> None:
-        reply = self._replies.pop(request_id, None)
-        self._live_stats.pop(request_id, None)
-        if reply is None:
-            return
-        reply.fail(message)
-        self.statusBar().showMessage(message, 8000)
-        self.reply_finished.emit(reply)
+    def show_about(self) -> None:
+        self.help.show_about()
 
     def _on_busy_changed(self, busy: bool) -> None:
         self.composer.set_generating(busy)
@@ -413,110 +306,7 @@ class MainWindow(QMainWindow):
         if not busy:
             self.composer.focus()
 
-    # --- chat history ---------------------------------------------------------------------------
-
-    def export_conversation_dialog(self, fmt: str) -> None:
-        if self.history is None or self.history.current_id is None:
-            return
-        suffix, name_filter = EXPORT_FORMATS[fmt]
-        start = Path.home() / (self.history.suggested_file_name() + suffix)
-        path, _ = QFileDialog.getSaveFileName(self, "Export conversation", str(start), name_filter)
-        if path:
-            self.export_conversation(path, fmt)
-
-    def export_conversation(self, path: str | Path, fmt: str) -> Path | None:
-        """Write the open conversation to ``path`` ('markdown' or 'json'); None if nothing was written."""
-        if self.history is None:
-            return None
-        written = self.history.export_current(Path(path), fmt)
-        if written is not None:
-            self.statusBar().showMessage(f"Conversation exported to {written}", 5000)
-        return written
-
-    def import_conversation_dialog(self) -> None:
-        if self.history is None:
-            return
-        path, _ = QFileDialog.getOpenFileName(self, "Import conversation", str(Path.home()),
-                                              EXPORT_FORMATS["json"][1])
-        if path:
-            self.history.import_file(Path(path))
-
-    def _search_chats(self) -> None:
-        if self.history is not None:
-            search = self.history.sidebar.search_edit
-            search.setFocus(Qt.FocusReason.ShortcutFocusReason)
-            search.selectAll()
-
-    def _rename_chat(self) -> None:
-        if self.history is not None:
-            self.history.sidebar.rename_current()
-
-    def _delete_chat(self) -> None:
-        if self.history is not None:
-            self.history.sidebar.delete_current()
-
     # --- models ---------------------------------------------------------------------------------
-
-    def _refuse_crashed_load(self) -> bool:
-        """No crash loop: if the last start died while loading these very models, do not
-        load them again; say so and open the settings (OK there, or other files, retries)."""
-        crashed = load_marker.crashed_load()
-        if crashed is None or not crashed.matches(self.settings.target_path, self.settings.draft_path):
-            return False
-        self.load_banner.hide()
-        self.model_label.setText("No model loaded")
-        self.side_panel.stats.show_models(None, "not loaded")
-        self.composer.set_ready(False)
-        self.notices.show_notice(
-            "load", f"Tandem closed while loading {crashed.describe()} (started {crashed.started}), "
-                    "so they were not loaded again: llama.cpp may have crashed on them. Choose other "
-                    "files in Settings, or press OK there to try these again.", ERROR)
-        QTimer.singleShot(0, self.open_settings)
-        return True
-
-    def _load_models(self, force: bool = False) -> None:
-        spec = ModelSpec.from_settings(self.settings)
-        if force:
-            self.client.load(spec)
-        elif not self.client.ensure_loaded(spec):
-            return
-        self.notices.clear("load")
-        self.model_label.setText("Loading models…")
-        self.load_banner.show_progress("Loading models", -1)
-        self.load_banner.show()
-        self.side_panel.stats.show_models(None, "loading…")
-        self.side_panel.stats.show_speculation(self.settings.speculation, None)
-
-    def _on_load_progress(self, stage: str, fraction: float) -> None:
-        self.load_banner.show_progress(stage, fraction)
-        self.load_banner.show()
-
-    def _on_loaded(self, info: LoadInfo) -> None:
-        self.load_banner.hide()
-        self.composer.set_ready(True)
-        drafter = ("prompt lookup" if info.drafter == DrafterKind.LOOKUP else f"draft {info.draft_name}"
-                   if info.draft_name else "no draft")
-        self.model_label.setText(f"{info.target_name} · {drafter} · {info.compute}")
-        self.setWindowTitle(f"{APP_NAME} — {info.target_name}")
-        self.side_panel.stats.show_models(info)
-        self.side_panel.stats.show_speculation(self.settings.speculation, info)
-        if info.failed_rule:
-            self.notices.show_notice(
-                "draft", f"{info.note} (failed rule: {info.failed_rule}). "
-                         "Chatting continues without speculation.", WARNING)
-        elif not info.speculation_available and info.note and info.note != SPECULATION_OFF:
-            self.notices.show_notice("draft", f"Speculation unavailable: {info.note}.", INFO)
-        else:
-            self.notices.clear("draft")
-        self.statusBar().showMessage("Models loaded", 3000)
-
-    def _on_load_failed(self, message: str) -> None:
-        self.load_banner.hide()
-        self.model_label.setText("No model loaded")
-        self.side_panel.stats.show_models(None, "not loaded")
-        self.composer.set_ready(False)
-        self.notices.show_notice("load", f"Could not load the models: {message} "
-                                         "Choose other files in Settings (Ctrl+,) or drop a .gguf here.", ERROR)
 
     def choose_model(self, role: str) -> None:
         current = self.settings.target_path if role == TARGET else self.settings.draft_path
@@ -565,7 +355,7 @@ class MainWindow(QMainWindow):
         self.colours_action.setChecked(settings.show_colours)
         self.chat_view.set_show_colours(settings.show_colours)
         self.side_panel.stats.show_speculation(settings.speculation, self.client.info)
-        self._load_models()
+        self.models.load()
         self.settings_changed.emit(settings)
 
     def _save(self, changes: dict) -> None:
@@ -586,50 +376,8 @@ class MainWindow(QMainWindow):
         if on != self.settings.show_colours:
             self.apply_settings(self.settings.replace(show_colours=on))
 
-
     def _toggle_side_panel(self, on: bool) -> None:
         self.side_panel.setVisible(on)
-
-    def check_speculation(self) -> None:
-        """Help → Check speculation: the self-test on the loaded pair, off the UI thread."""
-        if self.client.busy or self.client.loading:
-            self.notices.show_notice("check", "Wait for the current reply or load to finish first.", INFO)
-            return
-        self.check_action.setEnabled(False)
-        self.statusBar().showMessage("Checking speculation (64 tokens with and without a draft)…")
-        self.client.checked.connect(self._show_check_result, Qt.ConnectionType.SingleShotConnection)
-        self.client.check_speculation()
-
-    def _show_check_result(self, report) -> None:
-        self.check_action.setEnabled(True)
-        self.statusBar().clearMessage()
-        box = QMessageBox(self)
-        box.setWindowTitle("Check speculation")
-        box.setTextFormat(Qt.TextFormat.PlainText)
-        if isinstance(report, str):
-            box.setIcon(QMessageBox.Icon.Warning)
-            box.setText(report)
-        else:
-            box.setIcon(QMessageBox.Icon.Information if report.ok else QMessageBox.Icon.Warning)
-            box.setText("\n".join(report.lines()))
-        self.last_check = report
-        box.open()
-
-    def show_about(self) -> None:
-        box = QMessageBox(self)
-        box.setWindowTitle("About Tandem")
-        box.setTextFormat(Qt.TextFormat.PlainText)
-        box.setText("Tandem — chat with local GGUF models, sped up losslessly by a draft model.\n\n"
-                    "The reply is exactly what the target model alone would write; colours show "
-                    "which tokens the draft guessed right.\n\n" + about_details())
-        box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.last_about = box
-        box.open()
-
-    def open_log_folder(self) -> None:
-        from app.logs import log_file
-
-        QDesktopServices.openUrl(QUrl.fromLocalFile(str(log_file().parent)))
 
     # --- drag and drop --------------------------------------------------------------------------
 
@@ -679,7 +427,7 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802
         geometry = bytes(self.saveGeometry().toBase64()).decode("ascii")
         self._save({"window_geometry": geometry})
-        self._abandon_replies()  # saved as stopped before the history lets go of the store
+        self.chat.abandon()  # saved as stopped before the history lets go of the store
         if self.history is not None:
             self.history.shutdown()
         self.client.shutdown()

@@ -7,14 +7,8 @@ from PySide6.QtCore import Qt
 
 from app.engine.types import SamplingConfig, SpecConfig, Stats, TokenEvent, TokenKind
 from app.storage.settings import Settings
-from app.window.compare_controller import (
-    COMPARE_LABEL,
-    IDENTICAL,
-    STATS_LABEL,
-    Comparison,
-    first_difference,
-    install_compare,
-)
+from app.session.compare import IDENTICAL, Comparison, first_difference
+from app.window.compare_controller import COMPARE_LABEL, STATS_LABEL, install_compare
 from app.ui.reply_charts import rolling_rate
 
 from .conftest import REPLY_TIMEOUT_MS, demo_settings, send_and_wait, wait_loaded

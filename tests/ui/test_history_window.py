@@ -6,7 +6,7 @@ import json
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QFileDialog, QLineEdit
+from PySide6.QtWidgets import QFileDialog, QLineEdit, QMenu
 
 from app.engine.types import TokenEvent, TokenKind
 from app.storage import paths
@@ -77,7 +77,7 @@ def stored_reply(store, conversation_id):
 
 def test_the_first_message_starts_a_conversation_that_keeps_kinds_models_settings_and_stats(history_window, qtbot):
     window, _, store = history_window()
-    assert sidebar_titles(window) == [] and not window.export_json_action.isEnabled()
+    assert sidebar_titles(window) == [] and not window.history.files.export_json_action.isEnabled()
     reply = send_and_wait(qtbot, window, "  What rhymes with\norange? ")
     settle(qtbot, window)
 
@@ -95,7 +95,7 @@ def test_the_first_message_starts_a_conversation_that_keeps_kinds_models_setting
     assert stored.meta["speculation"] is True and stored.meta["draft_max"] == 4
     assert stored.meta["sampling"]["temperature"] == 0.0
     assert stored.stats["tokens"] == 4 and stored.stats["stop_reason"] == "eos"
-    assert window.export_json_action.isEnabled()
+    assert window.history.files.export_json_action.isEnabled()
 
 
 def test_a_conversation_reopens_as_it_was_and_continues_with_its_history(history_window, qtbot):
@@ -239,7 +239,7 @@ def test_export_markdown_and_json_from_the_window(history_window, qtbot, tmp_pat
 
     chosen = tmp_path / "chosen.json"
     monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(lambda *args, **kw: (str(chosen), "")))
-    window.export_json_action.trigger()
+    window.history.files.export_json_action.trigger()
     exported = from_json(chosen.read_text(encoding="utf-8"))
     assert exported.title == "Export me"
     user, reply = exported.messages
@@ -341,7 +341,9 @@ def test_a_failed_save_is_a_notice_and_chatting_goes_on(history_window, qtbot, m
 def test_a_window_without_a_store_has_no_sidebar_or_history_actions(make_window, qtbot):
     window = make_window(SETTINGS, loader=ScriptedLoader(MIXED))
     assert window.history is None
-    assert not window.export_markdown_action.isVisible() and not window.search_chats_action.isVisible()
+    shown = [a.text() for menu in window.menuBar().findChildren(QMenu) for a in menu.actions() if a.isVisible()]
+    assert "&New chat" in shown  # the menus are read
+    assert "Export conversation as &Markdown…" not in shown and "&Search chats" not in shown
     assert window.splitter.count() == 2
 
 

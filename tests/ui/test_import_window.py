@@ -97,7 +97,7 @@ def test_a_hostile_import_is_refused_in_one_line_and_nothing_is_added(window_wit
     notice = window.notices.notice("history-file")
     assert notice is not None and named in notice.text() and "\n" not in notice.text()
     assert store.list_conversations() == []
-    assert window.import_action.isEnabled()
+    assert window.history.files.import_action.isEnabled()
 
 
 def test_a_second_import_waits_for_the_first(window_with_history, qtbot, tmp_path):
@@ -106,7 +106,7 @@ def test_a_second_import_waits_for_the_first(window_with_history, qtbot, tmp_pat
     second = write_export(tmp_path / "second.json", big_chat(2))
     with qtbot.waitSignal(window.history.import_finished, timeout=REPLY_TIMEOUT_MS):
         window.history.import_file(first)
-        assert not window.import_action.isEnabled()
+        assert not window.history.files.import_action.isEnabled()
         window.history.import_file(second)
         assert "another import is still running" in window.notices.notice("history-file").text()
     assert len(store.list_conversations()) == 1

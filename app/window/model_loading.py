@@ -1,0 +1,114 @@
+"""The models as the window shows them: loading (banner, status line), loaded, failed,
+and the crash-loop guard that refuses to load again what the last start died on.
+
+``ModelLoading`` follows the ``EngineClient``'s load signals and asks it for loads; the
+window says when (at start, after settings change) through ``load``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from PySide6.QtCore import QObject, QTimer
+from PySide6.QtWidgets import QLabel
+
+from app.bridge.models import LoadInfo, ModelSpec
+from app.bridge.worker import EngineClient
+from app.engine.types import SPECULATION_OFF, DrafterKind
+from app.storage import load_marker
+from app.storage.settings import Settings
+from app.ui.composer import Composer
+from app.ui.load_banner import LoadBanner
+from app.ui.notices import ERROR, INFO, WARNING, NoticeArea
+from app.ui.stats_panel import StatsPanel
+
+APP_NAME = "Tandem"
+LOAD_NOTICE_KEY, DRAFT_NOTICE_KEY = "load", "draft"
+
+
+class ModelLoading(QObject):
+    def __init__(self, client: EngineClient, *, banner: LoadBanner, model_label: QLabel, stats: StatsPanel,
+                 composer: Composer, notices: NoticeArea, settings: Callable[[], Settings],
+                 say: Callable[[str, int], None], set_title: Callable[[str], None],
+                 open_settings: Callable[[], object], parent: QObject | None = None) -> None:
+        """``settings()`` names the models to load; ``say(text, ms)`` shows a passing line;
+        ``set_title`` names the window after the target; ``open_settings`` is offered when
+        a load is refused."""
+        super().__init__(parent)
+        self.client = client
+        self.banner = banner
+        self.model_label = model_label
+        self.stats = stats
+        self.composer = composer
+        self.notices = notices
+        self._settings = settings
+        self._say = say
+        self._set_title = set_title
+        self._open_settings = open_settings
+        client.load_progress.connect(self._on_load_progress)
+        client.loaded.connect(self._on_loaded)
+        client.load_failed.connect(self._on_load_failed)
+
+    def refuse_crashed_load(self) -> bool:
+        """No crash loop: if the last start died while loading these very models, do not
+        load them again; say so and open the settings (OK there, or other files, retries)."""
+        settings = self._settings()
+        crashed = load_marker.crashed_load()
+        if crashed is None or not crashed.matches(settings.target_path, settings.draft_path):
+            return False
+        self._show_unloaded()
+        self.notices.show_notice(
+            LOAD_NOTICE_KEY, f"Tandem closed while loading {crashed.describe()} (started {crashed.started}), "
+                             "so they were not loaded again: llama.cpp may have crashed on them. Choose other "
+                             "files in Settings, or press OK there to try these again.", ERROR)
+        QTimer.singleShot(0, self._open_settings)
+        return True
+
+    def load(self, force: bool = False) -> None:
+        """Load what the settings name (``force``: even if it is what is loaded)."""
+        settings = self._settings()
+        spec = ModelSpec.from_settings(settings)
+        if force:
+            self.client.load(spec)
+        elif not self.client.ensure_loaded(spec):
+            return
+        self.notices.clear(LOAD_NOTICE_KEY)
+        self.model_label.setText("Loading models…")
+        self.banner.show_progress("Loading models", -1)
+        self.banner.show()
+        self.stats.show_models(None, "loading…")
+        self.stats.show_speculation(settings.speculation, None)
+
+    def _on_load_progress(self, stage: str, fraction: float) -> None:
+        self.banner.show_progress(stage, fraction)
+        self.banner.show()
+
+    def _on_loaded(self, info: LoadInfo) -> None:
+        self.banner.hide()
+        self.composer.set_ready(True)
+        drafter = ("prompt lookup" if info.drafter == DrafterKind.LOOKUP else f"draft {info.draft_name}"
+                   if info.draft_name else "no draft")
+        self.model_label.setText(f"{info.target_name} · {drafter} · {info.compute}")
+        self._set_title(f"{APP_NAME} — {info.target_name}")
+        self.stats.show_models(info)
+        self.stats.show_speculation(self._settings().speculation, info)
+        if info.failed_rule:
+            self.notices.show_notice(
+                DRAFT_NOTICE_KEY, f"{info.note} (failed rule: {info.failed_rule}). "
+                                  "Chatting continues without speculation.", WARNING)
+        elif not info.speculation_available and info.note and info.note != SPECULATION_OFF:
+            self.notices.show_notice(DRAFT_NOTICE_KEY, f"Speculation unavailable: {info.note}.", INFO)
+        else:
+            self.notices.clear(DRAFT_NOTICE_KEY)
+        self._say("Models loaded", 3000)
+
+    def _on_load_failed(self, message: str) -> None:
+        self._show_unloaded()
+        self.notices.show_notice(LOAD_NOTICE_KEY, f"Could not load the models: {message} "
+                                 "Choose other files in Settings (Ctrl+,) or drop a .gguf here.", ERROR)
+
+    def _show_unloaded(self) -> None:
+        self.banner.hide()
+        self.model_label.setText("No model loaded")
+        self.stats.show_models(None, "not loaded")
+        self.composer.set_ready(False)
