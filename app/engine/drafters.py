@@ -9,6 +9,7 @@ summaries, RAG). With a draft model the engine uses a stricter lookup first
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
@@ -182,21 +183,36 @@ class LookupDrafter:
                 rng: np.random.Generator, p_min: float,
                 go_on: Callable[[float], bool] | None = None) -> Draft:
         # A copied continuation has no confidence to judge it by (each token's is 1): no cut.
-        draft = Draft()
+        return self.copy(context, n_max, sampling)
+
+    def copy(self, context: Sequence[int], n_max: int, sampling: SamplingConfig,
+             sources: CopySources | None = None, own: bool = True) -> Draft:
+        """What followed the latest earlier match of the context's last tokens: in the
+        context itself (``own``) or in ``sources``, whichever match reaches further back
+        (a tie goes to the context, the conversation at hand)."""
         started = time.perf_counter()
-        self._index(context)
-        for n in range(self._ngram_max, self.ngram_min - 1, -1):
-            start = self._follows[n].get(tuple(context[-n:])) if len(context) > n else None
-            if start is not None:
-                draft.tokens = self._copy(context, start, n_max)
-                break
-        draft.probs = [1.0] * len(draft.tokens)
-        if draft.tokens:
-            draft.step_seconds = [(time.perf_counter() - started) / len(draft.tokens)] * len(draft.tokens)
+        found: tuple[Sequence[int], int] | None = None
+        if own:
+            self._index(context)
+            for n in range(self._ngram_max, self.ngram_min - 1, -1):
+                start = self._follows[n].get(tuple(context[-n:])) if len(context) > n else None
+                if start is not None:
+                    found = (context, start)
+                    break
+        if sources is not None:
+            elsewhere = sources.find(context)
+            if elsewhere is not None and (found is None or _reach(*elsewhere, context) > _reach(*found, context)):
+                found = elsewhere
+        return self._draft(self._copy(*found, n_max) if found else [], sampling, started)
+
+    def _draft(self, tokens: list[int], sampling: SamplingConfig, started: float) -> Draft:
+        draft = Draft(tokens=tokens, probs=[1.0] * len(tokens))
+        if tokens:
+            draft.step_seconds = [(time.perf_counter() - started) / len(tokens)] * len(tokens)
         if not sampling.greedy:
             # A deterministic proposal is a one-hot q: the rejection rule then
             # keeps d with probability p(d) and resamples from p without d.
-            for token in draft.tokens:
+            for token in tokens:
                 q = np.zeros(self._vocab)
                 q[token] = 1.0
                 draft.q.append(q)
@@ -228,6 +244,101 @@ class LookupDrafter:
 
     def close(self) -> None:
         pass
+
+
+REACH_MOST = 64  # how far back two matches are compared (a longer match is rarely a closer one)
+
+
+def _reach(source: Sequence[int], start: int, context: Sequence[int]) -> int:
+    """How many tokens before ``source[start]`` equal the context's last ones (the match
+    that found ``start`` and beyond it, up to REACH_MOST)."""
+    n = 0
+    while n < REACH_MOST and n < start and n < len(context) and source[start - 1 - n] == context[-1 - n]:
+        n += 1
+    return n
+
+
+class CopySources:
+    """Token sequences to copy from beyond the current context, indexed by their n-grams.
+
+    ``add`` a sequence (most relevant last: of equal matches the latest added wins);
+    ``find`` the latest occurrence of the context's last ``n`` tokens. Bounded: past
+    ``max_tokens`` the oldest sequences go (down to three quarters of the bound, so
+    the index is rebuilt now and then rather than on every add). The index keys are
+    hashes of n-grams and every hit is checked against its tokens, so a collision can
+    hide an occurrence but never propose a wrong one. Adding and finding may happen
+    on different threads.
+    """
+
+    def __init__(self, n: int, max_tokens: int = 200_000) -> None:
+        if n < 1:
+            raise ValueError("a copy source needs n-grams of at least one token")
+        self.n = n
+        self.max_tokens = max(max_tokens, n + 1)
+        self._lock = threading.Lock()
+        self._sources: dict[int, list[int]] = {}   # insertion order is age
+        self._next_id = 0
+        self._tokens = 0
+        self._index: dict[int, int] = {}           # hash of n tokens -> source id << 32 | position after them
+
+    def __len__(self) -> int:
+        """Tokens held."""
+        return self._tokens
+
+    @property
+    def sources(self) -> int:
+        return len(self._sources)
+
+    def add(self, tokens: Sequence[int]) -> None:
+        tokens = list(tokens)[-self.max_tokens:]
+        if len(tokens) <= self.n:
+            return  # nothing could follow a match
+        with self._lock:
+            source_id, self._next_id = self._next_id, self._next_id + 1
+            self._sources[source_id] = tokens
+            self._tokens += len(tokens)
+            if self._tokens > self.max_tokens:
+                self._evict(keep=self.max_tokens * 3 // 4)
+            else:
+                self._index_one(source_id, tokens)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._sources.clear()
+            self._index.clear()
+            self._tokens = 0
+
+    def find(self, context: Sequence[int]) -> tuple[list[int], int] | None:
+        """(source, start): ``source[start:]`` followed the latest occurrence of the
+        context's last ``n`` tokens; None when they occur nowhere."""
+        n = self.n
+        if len(context) < n:
+            return None
+        tail = list(context[-n:])
+        with self._lock:
+            hit = self._index.get(hash(tuple(tail)))
+            if hit is None:
+                return None
+            source = self._sources.get(hit >> 32)
+        start = hit & 0xFFFFFFFF
+        if source is None or source[start - n:start] != tail:
+            return None
+        return source, start
+
+    def _index_one(self, source_id: int, tokens: list[int]) -> None:
+        n, index, tag = self.n, self._index, source_id << 32
+        # Only positions with a token after them: a match must have something to copy.
+        for i in range(n, len(tokens)):
+            index[hash(tuple(tokens[i - n:i]))] = tag | i
+
+    def _evict(self, keep: int) -> None:
+        """Drop the oldest sources (never the newest) until at most ``keep`` tokens stay; rebuild."""
+        while self._tokens > keep and len(self._sources) > 1:
+            oldest = next(iter(self._sources))
+            self._tokens -= len(self._sources.pop(oldest))
+        self._index.clear()
+        for source_id, tokens in self._sources.items():
+            self._index_one(source_id, tokens)
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

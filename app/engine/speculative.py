@@ -13,7 +13,10 @@ Copying repeats (``SpecConfig.copy_min``): when the last few committed tokens
 occurred earlier, what followed them there is the round's guess instead of the
 draft model's. It is verified like any draft (greedy or by the rejection rule,
 with a one-hot q), so it stays lossless; it costs no draft steps, and the draft
-model catches up on the accepted part in one batch at its next proposal.
+model catches up on the accepted part in one batch at its next proposal. Since it
+costs no draft steps, it is tried even in a round the policy plans as a plain step.
+``generate(copy_sources=...)`` adds what the user already has to copy from (the reply
+a regeneration replaces, other chats: ``drafters.CopySources``), judged the same way.
 
 Acceptance (``sampling.py``): greedy keeps d_i while it equals the target's
 argmax; sampled keeps d_i with probability min(1, p(d_i)/q(d_i)) and on the first
@@ -45,12 +48,15 @@ import numpy as np
 from app.engine.backend import ModelBackend
 from app.engine.detokenize import StreamingDetokenizer, token_display_text
 from app.engine.draft_policy import AutoDraftLength, DraftPolicy, FixedDraftLength
-from app.engine.drafters import Draft, Drafter, LookupDrafter, common_prefix
+from app.engine.drafters import CopySources, Draft, Drafter, LookupDrafter, common_prefix
 from app.engine.errors import ContextOverflowError
 from app.engine.thread_policy import threads_for
 from app.engine.sampling import greedy_accept, rejection_accept, sample, warp
 from app.engine.types import (SPECULATION_OFF, DrafterKind, SamplingConfig, SpecConfig, Stats, StopReason,
                               TokenEvent, TokenKind)
+
+
+COPY_WHEN_PLAIN = 8  # tokens a copy may take in a round the policy plans as a plain step
 
 
 class Generation:
@@ -81,9 +87,12 @@ class SpeculativeEngine:
 
     def generate(self, prompt: Sequence[int], sampling: SamplingConfig = SamplingConfig(),
                  spec: SpecConfig = SpecConfig(), max_tokens: int = 256,
-                 cancel: threading.Event | None = None, policy: DraftPolicy | None = None) -> Generation:
+                 cancel: threading.Event | None = None, policy: DraftPolicy | None = None,
+                 copy_sources: CopySources | Sequence[Sequence[int]] | None = None) -> Generation:
         """Generate up to ``max_tokens`` after ``prompt``; ``policy`` decides each round's
-        draft length (by default the one ``spec.draft_max`` names, see ``policy_for``)."""
+        draft length (by default the one ``spec.draft_max`` names, see ``policy_for``).
+        ``copy_sources`` (token sequences, or an index built ahead) are copied from like
+        the context when ``spec.copy_min`` is set."""
         if not prompt:
             raise ContextOverflowError("The prompt is empty.")
         if len(prompt) >= self.target.n_ctx:
@@ -94,9 +103,16 @@ class SpeculativeEngine:
         stats = Stats(prompt_tokens=len(prompt), speculative=speculate,
                       note="" if speculate else (self.note or SPECULATION_OFF))
         detok = StreamingDetokenizer(self.target.token_bytes)
+        if not spec.copy_min:
+            copy_sources = None  # copying is off: from the context and from elsewhere alike
+        elif copy_sources is not None and not isinstance(copy_sources, CopySources):
+            index = CopySources(spec.copy_min)
+            for source in copy_sources:
+                index.add(source)
+            copy_sources = index
         events = self._run(list(prompt), sampling, spec if speculate else None,
                            self.policy_for(spec) if policy is None else policy, max_tokens,
-                           cancel or threading.Event(), detok, stats)
+                           cancel or threading.Event(), detok, stats, copy_sources)
         return Generation(_keeping_the_tail(events, detok), stats)
 
     def policy_for(self, spec: SpecConfig) -> DraftPolicy:
@@ -106,7 +122,7 @@ class SpeculativeEngine:
 
     def _run(self, committed: list[int], sampling: SamplingConfig, spec: SpecConfig | None,
              policy: DraftPolicy, max_tokens: int, cancel: threading.Event, detok: StreamingDetokenizer,
-             stats: Stats) -> Iterator[TokenEvent]:
+             stats: Stats, sources: CopySources | None) -> Iterator[TokenEvent]:
         target = self.target
         rng = np.random.default_rng(sampling.seed)
         masked = np.array(sorted(target.eog_ids), dtype=np.int64) if sampling.ignore_eos else None
@@ -132,10 +148,13 @@ class SpeculativeEngine:
                 draft, copied = Draft(), False
                 if spec is not None:
                     plan = policy.plan_round(room - 1)
-                    if plan.length >= spec.draft_min:
-                        draft = self._copy(committed, plan.length, sampling, rng, spec.copy_min)
+                    # A copy costs no draft steps, so it is tried even where the policy
+                    # would decode plainly (its draft model does not pay there).
+                    copy_length = plan.length or min(COPY_WHEN_PLAIN, room - 1)
+                    if copy_length >= spec.draft_min:
+                        draft = self._copy(committed, copy_length, sampling, spec.copy_min, sources)
                         copied = len(draft) > 0
-                        if not copied:
+                        if not copied and plan.length >= spec.draft_min:
                             draft = self.drafter.propose(committed, plan.length, sampling, rng,
                                                          max(spec.p_min, plan.p_min), plan.go_on)
                             policy.observe_draft(draft.step_seconds)
@@ -194,15 +213,17 @@ class SpeculativeEngine:
             if self.drafter is not None:
                 stats.draft_seconds = self.drafter.seconds - draft_seconds0
 
-    def _copy(self, committed: list[int], k: int, sampling: SamplingConfig,
-               rng: np.random.Generator, copy_min: int) -> Draft:
-        """What followed the latest earlier occurrence of the last ``copy_min`` tokens,
-        when the drafter is a model (prompt lookup copies by itself)."""
-        if not copy_min or self.drafter.kind is DrafterKind.LOOKUP:
+    def _copy(self, committed: list[int], k: int, sampling: SamplingConfig, copy_min: int,
+              sources: CopySources | None) -> Draft:
+        """What followed the latest earlier occurrence of the last ``copy_min`` tokens, in
+        the context (when the drafter is a model: prompt lookup copies by itself) or in
+        the reply's copy sources."""
+        own = self.drafter.kind is not DrafterKind.LOOKUP
+        if not copy_min or not (own or sources is not None):
             return Draft()
         if self._copier is None or self._copier.ngram_min != copy_min:
             self._copier = LookupDrafter(self.target.n_vocab, copy_min, copy_min, self.target.eog_ids)
-        return self._copier.propose(committed, k, sampling, rng, 0.0)
+        return self._copier.copy(committed, k, sampling, sources, own=own)
 
     def _prefill(self, committed: list[int], stats: Stats) -> None:
         """Bring both caches to the prompt minus its last token, reusing any common prefix."""
