@@ -345,7 +345,8 @@ class _BlockBuilder:
             self.quote -= 1
         elif kind in ("bullet_list_open", "ordered_list_open"):
             start = int(token.attrs.get("start", 1) or 1) if kind == "ordered_list_open" else 1
-            self.lists.append(ListLevel(id(token), kind == "ordered_list_open", start - 1))
+            key = self.stream._offset((token.map or [0, 0])[0])  # where it starts: the same in every parse
+            self.lists.append(ListLevel(key, kind == "ordered_list_open", start - 1))
         elif kind in ("bullet_list_close", "ordered_list_close"):
             self.lists.pop()
         elif kind == "list_item_open" and self.lists:

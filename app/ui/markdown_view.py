@@ -70,7 +70,9 @@ class Formats:
         self.style = style
         self.events = events
         self.link_colour = QColor("#8ab4f8" if style.dark else "#1a5fb4")
-        self.code_background = QColor(255, 255, 255, 24) if style.dark else QColor(0, 0, 0, 14)
+        # Opaque: a translucent fill costs a blend per pixel on every repaint of a streaming reply.
+        self.code_background = QColor("#2c3036" if style.dark else "#eef0f3")
+        self.border = QColor("#555a62" if style.dark else "#c4c8ce")
         self.mono_families = [QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont).family()]
         self._cache: dict[tuple[Marks, TokenKind], QTextCharFormat] = {}
 
@@ -190,7 +192,7 @@ class ProseWriter:
         fmt.setCellPadding(4)
         fmt.setCellSpacing(0)
         fmt.setBottomMargin(PARAGRAPH_GAP)
-        fmt.setBorderBrush(QColor(128, 128, 128, 110))
+        fmt.setBorderBrush(self.formats.border)
         text_table = self.cursor.insertTable(len(table.rows), columns, fmt)
         alignments = {"left": Qt.AlignmentFlag.AlignLeft, "center": Qt.AlignmentFlag.AlignHCenter,
                       "right": Qt.AlignmentFlag.AlignRight}
@@ -388,29 +390,39 @@ class MarkdownBody(QWidget):
     # --- drawing ----------------------------------------------------------------------------
 
     def _draw(self, update: Update) -> None:
+        # The tail's widgets are reused, in order, for what comes next: a block that closes
+        # keeps the widget it streamed into (an open code block that closed only appends).
+        spare = self._tail
+        self._tail = []
         for block in update.committed:
-            self._commit(block)
-        self._draw_tail(update.open)
+            self._commit(block, spare)
+        self._draw_tail(update.open, spare)
+        for widget in spare:
+            _discard(self._layout, widget)
 
-    def _commit(self, block: TopBlock) -> None:
+    def _place(self, widget: QWidget, index: int) -> None:
+        self._layout.removeWidget(widget)
+        self._layout.insertWidget(index, widget)
+
+    def _commit(self, block: TopBlock, spare: list[QWidget]) -> None:
         for item in block.items:
             if isinstance(item, CodeBlock):
-                view = self._new_code()
+                view = self._code(spare)
                 view.show_block(item, self._formats)
-                self._layout.insertWidget(len(self._committed), view)
+                self._place(view, len(self._committed))
                 self._committed.append(view)
                 self._writer = None
                 continue
             if self._writer is None:
-                prose = self._new_prose()
-                self._layout.insertWidget(len(self._committed), prose)
+                prose = self._prose(spare)
+                self._place(prose, len(self._committed))
                 self._committed.append(prose)
                 self._writer = ProseWriter(prose, self._formats)
             self._writer.write(item)
         if self._writer is not None:
             self._writer.lists = {}  # lists never span top-level blocks
 
-    def _draw_tail(self, blocks: list[TopBlock]) -> None:
+    def _draw_tail(self, blocks: list[TopBlock], spare: list[QWidget]) -> None:
         segments: list[CodeBlock | list[Item]] = []
         for block in blocks:
             for item in block.items:
@@ -420,27 +432,31 @@ class MarkdownBody(QWidget):
                     segments[-1].append(item)
                 else:
                     segments.append([item])
-        for index, segment in enumerate(segments):
-            existing = self._tail[index] if index < len(self._tail) else None
+        for segment in segments:
             if isinstance(segment, CodeBlock):
-                view = existing if isinstance(existing, CodeBlockView) else self._new_code()
+                view: QWidget = self._code(spare)
                 view.show_block(segment, self._formats)
             else:
-                view = existing if isinstance(existing, ProseText) else self._new_prose()
-                view.clear()
+                view = self._prose(spare)
                 writer = ProseWriter(view, self._formats)
                 for item in segment:
                     writer.write(item)
-            if view is not existing:
-                if existing is not None:
-                    _discard(self._layout, existing)
-                    self._tail[index] = view
-                else:
-                    self._tail.append(view)
-                self._layout.insertWidget(len(self._committed) + index, view)
-        for stale in self._tail[len(segments):]:
-            _discard(self._layout, stale)
-        del self._tail[len(segments):]
+            self._place(view, len(self._committed) + len(self._tail))
+            self._tail.append(view)
+
+    def _prose(self, spare: list[QWidget]) -> ProseText:
+        """A spare prose view emptied, else a new one."""
+        if spare and isinstance(spare[0], ProseText):
+            prose = spare.pop(0)
+            prose.clear()
+            return prose
+        return self._new_prose()
+
+    def _code(self, spare: list[QWidget]) -> CodeBlockView:
+        """A spare code view (``show_block`` decides between appending and redrawing), else a new one."""
+        if spare and isinstance(spare[0], CodeBlockView):
+            return spare.pop(0)
+        return self._new_code()
 
     def _new_prose(self) -> ProseText:
         prose = ProseText(self)
