@@ -34,9 +34,13 @@ class ConversationExport:
     created_at: float
     updated_at: float
     messages: list[StoredMessage]
+    tree: bool = False                # parent_id names each message's parent; else a chain
+    current_leaf: int | None = None   # the exported id of the message shown
+    preset: str = ""
 
 
 def to_markdown(conversation: ConversationSummary, messages: list[StoredMessage]) -> str:
+    """A readable document of ``messages``: the branch shown (``HistoryStore.messages``)."""
     try:
         created = time.strftime("%Y-%m-%d %H:%M", time.localtime(conversation.created_at))
     except (OverflowError, OSError, ValueError):
@@ -51,16 +55,44 @@ def to_markdown(conversation: ConversationSummary, messages: list[StoredMessage]
     return "\n\n".join(parts) + "\n"
 
 
-def to_json(conversation: ConversationSummary, messages: list[StoredMessage]) -> str:
+def to_json(conversation: ConversationSummary, messages: list[StoredMessage],
+            current_leaf: int | None = None) -> str:
+    """Everything, to read back: give it the whole tree (``HistoryStore.all_messages``)
+    and the leaf shown. Messages that name no parent at all are written as a chain."""
+    tree = any(message.parent_id is not None for message in messages)
+    records = []
+    for message in messages:
+        record = asdict(message)
+        if not tree:
+            del record["parent_id"]
+        records.append(record)
     document = {
         "format": EXPORT_FORMAT,
         "version": EXPORT_VERSION,
         "title": conversation.title,
         "created_at": conversation.created_at,
         "updated_at": conversation.updated_at,
-        "messages": [asdict(message) for message in messages],
+        "preset": conversation.preset,
+        **({"current_leaf": current_leaf} if tree and current_leaf is not None else {}),
+        "messages": records,
     }
     return json.dumps(document, ensure_ascii=False, indent=2) + "\n"
+
+
+def conversation_json(store: HistoryStore, conversation_id: int) -> str:
+    """The JSON export of a stored conversation: the whole tree, and the branch shown."""
+    summary = store.conversation(conversation_id)
+    if summary is None:
+        raise ImportRefused(f"Conversation {conversation_id} is not in the history.")
+    return to_json(summary, store.all_messages(conversation_id), store.current_leaf(conversation_id))
+
+
+def conversation_markdown(store: HistoryStore, conversation_id: int) -> str:
+    """The Markdown export of a stored conversation: the branch shown."""
+    summary = store.conversation(conversation_id)
+    if summary is None:
+        raise ImportRefused(f"Conversation {conversation_id} is not in the history.")
+    return to_markdown(summary, store.messages(conversation_id))
 
 
 def from_json(text: str) -> ConversationExport:
@@ -69,7 +101,8 @@ def from_json(text: str) -> ConversationExport:
     checked = check_export(parse_export_json(text))
     return ConversationExport(title=checked["title"], created_at=checked["created_at"],
                               updated_at=checked["updated_at"],
-                              messages=[StoredMessage(**message) for message in checked["messages"]])
+                              messages=[StoredMessage(**message) for message in checked["messages"]],
+                              tree=checked["tree"], current_leaf=checked["current_leaf"], preset=checked["preset"])
 
 
 def read_export(path: Path) -> ConversationExport:
@@ -91,7 +124,8 @@ Progress = Callable[[int, int], "bool | None"]  # (done, total) -> False to stop
 def import_conversation(store: HistoryStore, exported: ConversationExport, progress: Progress | None = None) -> int:
     """Add an exported conversation to ``store`` as a new conversation, in one
     transaction (all of it or, on any failure or a stop, none); returns its id."""
-    return store.import_conversation(exported.title, exported.messages, progress)
+    return store.import_conversation(exported.title, exported.messages, progress, tree=exported.tree,
+                                     current_leaf=exported.current_leaf, preset=exported.preset)
 
 
 # --- Markdown that stays as written --------------------------------------------------------

@@ -19,7 +19,8 @@ from app.storage.history import ROLES, STATUSES, TOKEN_KEYS, TOKEN_KINDS, readab
 from app.vocabulary import MessageState
 
 FORMAT = "tandem-conversation"
-VERSION = 1
+VERSION = 2          # 2: the tree (parent_id, current_leaf) and the chat's preset
+READABLE_VERSIONS = (1, 2)  # a version 1 export is a linear chat
 MAX_MESSAGES = 1_000_000
 MAX_TEXT_CHARS = 4_000_000       # one message; a long paste fits, a gigabyte does not
 MAX_TITLE_CHARS = 10_000
@@ -77,12 +78,14 @@ def parse_export_json(text: str) -> Any:
 def check_export(document: Any) -> dict[str, Any]:
     """The export's fields, every one checked; raises ImportRefused naming the first bad one.
 
-    Returns {"title", "created_at", "updated_at", "messages": [dict, ...]} where each
-    message dict holds the StoredMessage fields (missing optional ones filled in)."""
+    Returns {"title", "created_at", "updated_at", "messages": [dict, ...], "tree",
+    "current_leaf", "preset"} where each message dict holds the StoredMessage fields
+    (missing optional ones filled in). ``tree`` is true when any message names its
+    parent (then every parent is an earlier message's id); otherwise the messages are a chain."""
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise ImportRefused("Not a Tandem conversation export.")
     version = document.get("version")
-    if version != VERSION or isinstance(version, bool):
+    if version not in READABLE_VERSIONS or isinstance(version, bool):
         raise ImportRefused(f"Unsupported conversation export version {_shown(version)}.")
     checked = {
         "title": _text(_field(document, "title", ""), "title", MAX_TITLE_CHARS),
@@ -95,7 +98,29 @@ def check_export(document: Any) -> dict[str, Any]:
     if len(messages) > MAX_MESSAGES:
         _refuse("messages", f"{len(messages):,} messages, over the limit of {MAX_MESSAGES:,}")
     checked["messages"] = [_message(item, f"messages[{i}]") for i, item in enumerate(messages)]
+    checked["tree"] = version >= 2 and any(isinstance(m, dict) and "parent_id" in m for m in messages)
+    checked["preset"] = _text(document.get("preset", ""), "preset", MAX_TITLE_CHARS) if version >= 2 else ""
+    checked["current_leaf"] = None
+    if checked["tree"]:
+        _check_tree(checked["messages"])
+        leaf = document.get("current_leaf")
+        if leaf is not None:
+            if leaf not in {m["id"] for m in checked["messages"]} or isinstance(leaf, bool):
+                _refuse("current_leaf", f"names no message of the export, got {_shown(leaf)}")
+            checked["current_leaf"] = leaf
     return checked
+
+
+def _check_tree(messages: list[dict[str, Any]]) -> None:
+    """Ids unique, and every parent an earlier message: a tree with no cycle."""
+    earlier: set[int] = set()
+    for i, message in enumerate(messages):
+        if message["id"] in earlier:
+            _refuse(f"messages[{i}].id", f"{message['id']} is used by an earlier message too")
+        parent = message["parent_id"]
+        if parent is not None and parent not in earlier:
+            _refuse(f"messages[{i}].parent_id", f"{parent} is not the id of an earlier message")
+        earlier.add(message["id"])
 
 
 def _message(item: Any, path: str) -> dict[str, Any]:
@@ -123,6 +148,7 @@ def _message(item: Any, path: str) -> dict[str, Any]:
         "stats": _stats(item.get("stats", {}), f"{path}.stats"),
         "created_at": _time(item.get("created_at", 0.0), f"{path}.created_at"),
         "updated_at": _time(item.get("updated_at", 0.0), f"{path}.updated_at"),
+        "parent_id": None if item.get("parent_id") is None else _count(item["parent_id"], f"{path}.parent_id"),
     }
     return message
 

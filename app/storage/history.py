@@ -6,6 +6,13 @@ a crash loses less than that much of it; the next open marks it 'interrupted'.
 
 Threads: a ``HistoryStore`` and its writers belong to the thread that opened the store
 (the GUI thread in the app); sqlite3's ``check_same_thread`` enforces it.
+
+A conversation is a tree (schema 3): every message has a parent (None for a first
+message), an edited user message is a new sibling of the one it replaces and a
+regenerated reply a sibling alternative of the earlier one, so nothing is thrown away.
+The conversation remembers the leaf it shows; ``messages`` is the path from the root to
+it, ``siblings`` what ‹ 2/3 › steps through, ``switch_branch`` moves the shown leaf.
+A parent always has a smaller id than its children, so a path is in id order.
 """
 
 from __future__ import annotations
@@ -79,7 +86,8 @@ class ConversationSummary:
     title: str  # '' until the first user message names it
     created_at: float  # seconds since the epoch
     updated_at: float
-    message_count: int = 0
+    message_count: int = 0  # in every branch
+    preset: str = ""        # the system-prompt preset chosen for this chat ('' for the default)
 
 
 @dataclass(frozen=True)
@@ -95,6 +103,18 @@ class StoredMessage:
     stats: dict[str, Any] = field(default_factory=dict)
     created_at: float = 0.0
     updated_at: float = 0.0
+    parent_id: int | None = None  # the message this one answers or follows; None for a first message
+
+
+# Stored parent_id: 0 for a first message; NULL (a row no Tandem of schema 3 wrote, e.g.
+# another tool's) follows the message before it, as every message did in a linear chat.
+_ROOT = 0
+_PARENT = """CASE WHEN m.parent_id IS NULL THEN (
+                 SELECT MAX(p.id) FROM messages p WHERE p.conversation_id = m.conversation_id AND p.id < m.id)
+             ELSE NULLIF(m.parent_id, 0) END"""
+_MESSAGE_COLUMNS = ("m.id, m.conversation_id, m.role, m.text, m.tokens, m.status, m.meta, m.stats, m.created_at, "
+                    f"m.updated_at, {_PARENT}")
+_KEEP_LEAF = object()  # add_message's default: append to the leaf shown
 
 
 class _Damaged(Exception):
@@ -213,10 +233,16 @@ class HistoryStore:
 
     # --- messages -----------------------------------------------------------------------
 
+    def set_preset(self, conversation_id: int, preset: str) -> None:
+        """Remember the system-prompt preset this chat uses ('' for the settings' own prompt)."""
+        with self._transaction() as db:
+            db.execute("UPDATE conversations SET preset = ? WHERE id = ?", (preset, conversation_id))
+
     def add_message(self, conversation_id: int, role: str, text: str, tokens: list[TokenRecord] | None = None,
                     meta: dict[str, Any] | None = None, stats: dict[str, Any] | None = None,
-                    status: str = MessageState.COMPLETE) -> int:
-        """Store a whole message. A first user message names an untitled conversation."""
+                    status: str = MessageState.COMPLETE, parent_id: Any = _KEEP_LEAF) -> int:
+        """Store a whole message after the leaf shown (or under ``parent_id``, None for a
+        first message) and show it. A first user message names an untitled conversation."""
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}")
         if status not in STATUSES:
@@ -224,38 +250,115 @@ class HistoryStore:
         now = self._now()
         with self._transaction() as db:
             self._touch(db, conversation_id, now)
+            parent = _leaf(db, conversation_id) if parent_id is _KEEP_LEAF else parent_id
+            parent = None if parent == _ROOT else parent
+            if parent is not None and not db.execute(
+                    "SELECT 1 FROM messages WHERE id = ? AND conversation_id = ?", (parent, conversation_id)).fetchone():
+                raise StorageError(f"Message {parent} is not in conversation {conversation_id}.")
             cursor = db.execute(
                 """INSERT INTO messages (conversation_id, role, text, tokens, status, meta, stats,
-                                         created_at, updated_at)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                                         created_at, updated_at, parent_id)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
                 (conversation_id, role, text, _dumps(tokens or []), status, _dumps(meta or {}),
-                 _dumps(stats or {}), now, now))
+                 _dumps(stats or {}), now, now, _ROOT if parent is None else parent))
+            db.execute("UPDATE conversations SET current_leaf = ? WHERE id = ?", (cursor.lastrowid, conversation_id))
             if role == "user":
                 db.execute("UPDATE conversations SET title = ? WHERE id = ? AND title = ''",
                            (title_from(text), conversation_id))
         return cursor.lastrowid
 
     def messages(self, conversation_id: int, last: int | None = None) -> list[StoredMessage]:
-        """The conversation's messages in order; with ``last``, only that many newest."""
-        columns = "id, conversation_id, role, text, tokens, status, meta, stats, created_at, updated_at"
-        if last is None:
-            rows = self._db.execute(
-                f"SELECT {columns} FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,))
-        else:
-            rows = reversed(self._db.execute(
-                f"SELECT {columns} FROM messages WHERE conversation_id = ? ORDER BY id DESC LIMIT ?",
-                (conversation_id, max(0, last))).fetchall())
-        return [StoredMessage(id=r[0], conversation_id=r[1], role=r[2], text=r[3],
-                              tokens=readable_tokens(_loads(r[4], [])),
-                              status=r[5], meta=_loads(r[6], {}), stats=_loads(r[7], {}),
-                              created_at=r[8], updated_at=r[9] if r[9] is not None else r[8])
-                for r in rows]
+        """The branch shown, from the first message to the shown leaf; with ``last``, only
+        that many newest of it."""
+        leaf = _leaf(self._db, conversation_id)
+        if leaf is None:
+            return []
+        # Up from the leaf; ``parent_id < id`` holds for every message this code writes,
+        # and keeps a hand-edited cycle from looping.
+        limit = -1 if last is None else max(0, last)
+        rows = self._db.execute(
+            f"""WITH RECURSIVE path(id, depth) AS (
+                    SELECT ?, 0
+                    UNION ALL
+                    SELECT {_PARENT}, path.depth + 1 FROM messages m JOIN path ON m.id = path.id
+                    WHERE {_PARENT} < m.id AND (? < 0 OR path.depth + 1 < ?))
+                SELECT {_MESSAGE_COLUMNS} FROM messages m WHERE m.id IN (SELECT id FROM path) ORDER BY m.id""",
+            (leaf, limit, limit)).fetchall()
+        return [_message(r) for r in rows]
+
+    def all_messages(self, conversation_id: int) -> list[StoredMessage]:
+        """Every message of every branch, parents before children (an export of the tree)."""
+        rows = self._db.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages m WHERE m.conversation_id = ? ORDER BY m.id",
+                                (conversation_id,))
+        return [_message(r) for r in rows]
+
+    def message(self, message_id: int) -> StoredMessage | None:
+        row = self._db.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages m WHERE m.id = ?", (message_id,)).fetchone()
+        return _message(row) if row else None
+
+    def current_leaf(self, conversation_id: int) -> int | None:
+        return _leaf(self._db, conversation_id)
+
+    # --- branches -------------------------------------------------------------------------
+
+    def siblings(self, message_id: int) -> list[int]:
+        """The ids of ``message_id`` and its alternatives (the same parent), oldest first:
+        what ‹ 2/3 › steps through. [] for an unknown message."""
+        message = self.message(message_id)
+        if message is None:
+            return []
+        parent = message.parent_id
+        return [r[0] for r in self._db.execute(
+            f"""SELECT id FROM messages WHERE conversation_id = :c AND parent_id = :stored
+                UNION SELECT m.id FROM messages m WHERE m.conversation_id = :c AND m.parent_id IS NULL
+                                                  AND {_PARENT} IS :parent
+                ORDER BY id""",
+            {"c": message.conversation_id, "stored": _ROOT if parent is None else parent, "parent": parent})]
+
+    def sibling_position(self, message_id: int) -> tuple[int, int]:
+        """(1-based position, count) among its alternatives: (2, 3) reads ‹ 2/3 ›."""
+        ids = self.siblings(message_id)
+        return (ids.index(message_id) + 1, len(ids)) if message_id in ids else (0, 0)
+
+    def switch_branch(self, message_id: int) -> list[StoredMessage]:
+        """Show ``message_id``'s branch: the shown leaf becomes its newest descendant
+        (following the newest child at each step); returns the branch now shown."""
+        with self._transaction() as db:
+            row = db.execute("SELECT conversation_id FROM messages WHERE id = ?", (message_id,)).fetchone()
+            if row is None:
+                raise StorageError(f"Message {message_id} is not in the history.")
+            leaf = message_id
+            while (child := _newest_child(db, row[0], leaf)) is not None:
+                leaf = child
+            db.execute("UPDATE conversations SET current_leaf = ? WHERE id = ?", (leaf, row[0]))
+        return self.messages(row[0])
+
+    def add_edit(self, message_id: int, text: str) -> int:
+        """An edited user message: a new sibling of ``message_id`` (what followed the old
+        one stays on its branch), shown now; returns its id. The reply to it comes next."""
+        old = self.message(message_id)
+        if old is None or old.role != "user":
+            raise StorageError(f"Message {message_id} is not a user message in the history.")
+        return self.add_message(old.conversation_id, "user", text, parent_id=old.parent_id)
+
+    def begin_alternative(self, reply_id: int, meta: dict[str, Any] | None = None, *,
+                          interval: float = COMMIT_INTERVAL_S,
+                          clock: Callable[[], float] = time.monotonic) -> ReplyWriter:
+        """Regenerate: a new reply beside ``reply_id`` (same parent), the earlier one kept
+        as an alternative; the new one is shown."""
+        old = self.message(reply_id)
+        if old is None or old.role != "assistant":
+            raise StorageError(f"Message {reply_id} is not a reply in the history.")
+        return self.begin_reply(old.conversation_id, meta, parent_id=old.parent_id, interval=interval, clock=clock)
 
     def import_conversation(self, title: str, messages: list[StoredMessage],
-                            progress: Callable[[int, int], bool | None] | None = None) -> int:
+                            progress: Callable[[int, int], bool | None] | None = None, *,
+                            tree: bool = False, current_leaf: int | None = None, preset: str = "") -> int:
         """Add a whole conversation (an import) in one transaction; returns its id.
 
-        Messages must be checked already (``export_schema``). ``progress(done, total)``
+        Messages must be checked already (``export_schema``). Without ``tree`` they are a
+        chain, in order; with it each ``parent_id`` names an earlier message's ``id`` (as
+        exported) and ``current_leaf`` the one shown. ``progress(done, total)``
         is called between batches; returning False stops the import with ImportCancelled,
         and then, as on any error, nothing of it is in the history."""
         total = 2 * len(messages)  # preparing the rows, then writing them
@@ -269,39 +372,76 @@ class HistoryStore:
             status = MessageState.INTERRUPTED if message.status == MessageState.STREAMING else message.status
             rows.append((message.role, message.text, _dumps(message.tokens), status, _dumps(message.meta),
                          _dumps(message.stats)))
+        # Rows get ids base+1, base+2, ... in order, so a parent maps to its new id by position.
+        position = {message.id: i for i, message in enumerate(messages)} if tree else {}
+        if tree and len(position) != len(messages):
+            raise ValueError("message ids are not unique")
+
+        def parent_at(i: int) -> int | None:
+            if not tree:
+                return i - 1 if i else None
+            parent = messages[i].parent_id
+            if parent is None:
+                return None
+            if position.get(parent, i) >= i:
+                raise ValueError(f"message {messages[i].id} names a parent that does not come before it")
+            return position[parent]
             if done % IMPORT_BATCH == 0 and report(done, total) is False:
                 raise ImportCancelled("The import was stopped; nothing was added.")
         title = title.strip() or next((title_from(m.text) for m in messages if m.role == "user"), "")
         now = self._now()
+        parents = [parent_at(i) for i in range(len(messages))]
+        leaf = position.get(current_leaf, len(messages) - 1) if tree and current_leaf is not None else len(messages) - 1
         with self._transaction() as db:
             conversation_id = db.execute(
-                "INSERT INTO conversations (title, created_at, updated_at) VALUES (?, ?, ?)",
-                (title, now, now)).lastrowid
+                "INSERT INTO conversations (title, created_at, updated_at, preset) VALUES (?, ?, ?, ?)",
+                (title, now, now, preset)).lastrowid
+            base = db.execute("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0] + 1  # under the write lock
             for start in range(0, len(rows), IMPORT_BATCH):
                 db.executemany(
-                    """INSERT INTO messages (conversation_id, role, text, tokens, status, meta, stats,
-                                             created_at, updated_at)
-                       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-                    [(conversation_id, *row, now, now) for row in rows[start:start + IMPORT_BATCH]])
+                    """INSERT INTO messages (id, conversation_id, role, text, tokens, status, meta, stats,
+                                             created_at, updated_at, parent_id)
+                       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                    [(base + i, conversation_id, *rows[i], now, now,
+                      _ROOT if parents[i] is None else base + parents[i])
+                     for i in range(start, min(start + IMPORT_BATCH, len(rows)))])
                 if report(len(rows) + min(start + IMPORT_BATCH, len(rows)), total) is False:
                     raise ImportCancelled("The import was stopped; nothing was added.")
+            if messages:
+                db.execute("UPDATE conversations SET current_leaf = ? WHERE id = ?", (base + leaf, conversation_id))
         report(total, total)
         return conversation_id
 
     def delete_message_and_after(self, message_id: int) -> int:
-        """Delete a message and every later one in its conversation (Regenerate, edit and resend)."""
+        """Delete a message and everything that follows it on any branch (a reply that
+        failed before its first token); the shown leaf moves to its parent if it was there."""
         with self._transaction() as db:
-            row = db.execute("SELECT conversation_id FROM messages WHERE id = ?", (message_id,)).fetchone()
-            if row is None:
+            message = self.message(message_id)
+            if message is None:
                 return 0
-            return db.execute("DELETE FROM messages WHERE conversation_id = ? AND id >= ?",
-                              (row[0], message_id)).rowcount
+            conversation_id, parent = message.conversation_id, message.parent_id
+            doomed, level = [message_id], [message_id]
+            while level:  # one query per generation
+                level = [child for node in level for child in _children(db, conversation_id, node)]
+                doomed += level
+            leaf = _leaf(db, conversation_id)
+            for start in range(0, len(doomed), 500):
+                chunk = doomed[start:start + 500]
+                db.execute(f"DELETE FROM messages WHERE id IN ({','.join('?' * len(chunk))})", chunk)
+            if leaf in doomed:
+                if parent is None:  # a first message: show the newest first message left, if any
+                    parent = db.execute("SELECT MAX(id) FROM messages WHERE conversation_id = ? AND parent_id = 0",
+                                        (conversation_id,)).fetchone()[0]
+                db.execute("UPDATE conversations SET current_leaf = ? WHERE id = ?", (parent, conversation_id))
+            return len(doomed)
 
     def begin_reply(self, conversation_id: int, meta: dict[str, Any] | None = None, *,
-                    interval: float = COMMIT_INTERVAL_S,
+                    parent_id: Any = _KEEP_LEAF, interval: float = COMMIT_INTERVAL_S,
                     clock: Callable[[], float] = time.monotonic) -> ReplyWriter:
-        """Start an assistant message that is filled in while it is generated."""
-        message_id = self.add_message(conversation_id, "assistant", "", meta=meta, status=MessageState.STREAMING)
+        """Start an assistant message (after the leaf shown, or under ``parent_id``) that is
+        filled in while it is generated."""
+        message_id = self.add_message(conversation_id, "assistant", "", meta=meta, status=MessageState.STREAMING,
+                                      parent_id=parent_id)
         return ReplyWriter(self, conversation_id, message_id, interval=interval, clock=clock)
 
     # --- internals ----------------------------------------------------------------------
@@ -323,7 +463,7 @@ class HistoryStore:
     def _summaries(self, where: str, parameters: Any) -> list[ConversationSummary]:
         rows = self._db.execute(
             f"""SELECT c.id, c.title, c.created_at, c.updated_at,
-                       (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id)
+                       (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id), c.preset
                 FROM conversations c WHERE {where}
                 ORDER BY c.updated_at DESC, c.id DESC""", parameters)
         return [ConversationSummary(*row) for row in rows]
@@ -413,6 +553,42 @@ def title_from(text: str) -> str:
     if space > TITLE_CHARS // 2:
         cut = cut[:space]
     return cut.rstrip(" ,.;:") + "…"
+
+
+def _message(r: tuple) -> StoredMessage:
+    return StoredMessage(id=r[0], conversation_id=r[1], role=r[2], text=r[3],
+                         tokens=readable_tokens(_loads(r[4], [])),
+                         status=r[5], meta=_loads(r[6], {}), stats=_loads(r[7], {}),
+                         created_at=r[8], updated_at=r[9] if r[9] is not None else r[8], parent_id=r[10])
+
+
+def _children(db: sqlite3.Connection, conversation_id: int, message_id: int) -> list[int]:
+    """Ids of the messages that follow ``message_id`` (a row with no parent stored
+    follows the one just before it)."""
+    ids = [r[0] for r in db.execute("SELECT id FROM messages WHERE parent_id = ? AND id > ?", (message_id, message_id))]
+    after = db.execute("SELECT id, parent_id FROM messages WHERE conversation_id = ? AND id > ? ORDER BY id LIMIT 1",
+                       (conversation_id, message_id)).fetchone()
+    if after is not None and after[1] is None:
+        ids.append(after[0])
+    return ids
+
+
+def _newest_child(db: sqlite3.Connection, conversation_id: int, message_id: int) -> int | None:
+    return max(_children(db, conversation_id, message_id), default=None)
+
+
+def _leaf(db: sqlite3.Connection, conversation_id: int) -> int | None:
+    """The leaf shown; if it is gone (or was never set), the newest message. One that has
+    gained followers since (rows another writer added) leads down to the newest of them."""
+    row = db.execute(
+        """SELECT COALESCE(
+               (SELECT m.id FROM messages m JOIN conversations c ON m.id = c.current_leaf
+                WHERE c.id = :c AND m.conversation_id = :c),
+               (SELECT MAX(id) FROM messages WHERE conversation_id = :c))""", {"c": conversation_id}).fetchone()
+    leaf = row[0]
+    while leaf is not None and (child := _newest_child(db, conversation_id, leaf)) is not None:
+        leaf = child
+    return leaf
 
 
 def _connect(path: Path) -> sqlite3.Connection:

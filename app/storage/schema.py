@@ -44,6 +44,21 @@ MIGRATIONS: list[tuple[str, ...]] = [
         "ALTER TABLE messages ADD COLUMN updated_at REAL",
         "UPDATE messages SET updated_at = created_at",
     ),
+    # 2 -> 3: conversations become trees. A message has a parent (an edited user message
+    # is a sibling of the one it replaces, a regenerated reply a sibling alternative);
+    # the conversation remembers the leaf it shows, and the system-prompt preset it uses.
+    # A linear chat becomes a chain, each message the child of the one before it.
+    (
+        "ALTER TABLE messages ADD COLUMN parent_id INTEGER",
+        # 0 marks a first message: NULL is left for rows written without one (see history.py).
+        """UPDATE messages SET parent_id = COALESCE((
+            SELECT MAX(p.id) FROM messages p
+            WHERE p.conversation_id = messages.conversation_id AND p.id < messages.id), 0)""",
+        "CREATE INDEX messages_by_parent ON messages(parent_id)",
+        "ALTER TABLE conversations ADD COLUMN current_leaf INTEGER",
+        "UPDATE conversations SET current_leaf = (SELECT MAX(id) FROM messages WHERE conversation_id = conversations.id)",
+        "ALTER TABLE conversations ADD COLUMN preset TEXT NOT NULL DEFAULT ''",
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -48,7 +48,7 @@ def test_json_round_trip_keeps_everything(store, conversation):
 
 def test_json_is_readable_by_other_tools(store, conversation):
     document = json.loads(to_json(store.conversation(conversation), store.messages(conversation)))
-    assert document["format"] == "tandem-conversation" and document["version"] == 1
+    assert document["format"] == "tandem-conversation" and document["version"] == 2
     assert [m["role"] for m in document["messages"]] == ["system", "user", "assistant", "user", "assistant"]
 
 

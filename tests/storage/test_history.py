@@ -35,7 +35,7 @@ def test_new_history_is_empty_wal_and_current(store):
     assert store.list_conversations() == []
     with raw() as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
 
 
 def test_conversations_are_listed_newest_first(store):
@@ -126,7 +126,8 @@ def test_messages_keep_tokens_meta_and_stats_across_reopen():
     assert (question.role, question.text, question.tokens) == ("user", "Hi", [])
     assert answer == StoredMessage(id=reply, conversation_id=conversation, role="assistant", text="Hello 🌍!",
                                    tokens=tokens, status="complete", meta=meta, stats=stats,
-                                   created_at=answer.created_at, updated_at=answer.updated_at)
+                                   created_at=answer.created_at, updated_at=answer.updated_at,
+                                   parent_id=question.id)
 
 
 def test_bad_arguments_are_refused(store):
@@ -234,7 +235,7 @@ def test_a_version_1_database_opens_without_loss():
         # and the upgraded file takes new-style messages
         store.add_message(1, "assistant", "ok", tokens=[token_record("ok", "plain")])
     with raw() as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
