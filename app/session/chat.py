@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 from app.engine.chat import conversation_prompt, stop_renders_on
+from app.engine.drafters import CopySources
 from app.engine.speculative import Generation
-from app.engine.types import DrafterKind, SamplingConfig, SpecConfig
+from app.engine.types import COPY_MIN, DrafterKind, SamplingConfig, SpecConfig
+
+# Tokens of earlier text a session keeps to copy from (~100 bytes of index each).
+COPY_SOURCE_TOKENS = 200_000
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,9 @@ class ChatSession:
         self.engine = pair.engine
         self.target = pair.target
         self.info = info
+        # What the user already has, for replies to copy from (docs/ARCHITECTURE.md,
+        # "Copying from what the user already has"): bounded, oldest text goes first.
+        self.copy_sources = CopySources(COPY_MIN, COPY_SOURCE_TOKENS)
 
     @property
     def compatibility(self):
@@ -57,20 +64,35 @@ class ChatSession:
         with stop_renders_on(cancel):
             return ChatPrompt(*conversation_prompt(self.target, history, system_prompt, max_tokens))
 
+    def remember(self, texts: Iterable[str]) -> None:
+        """Let later replies copy from ``texts``: the user's other conversations, earlier
+        branches of an edited message. Each is tokenized once and indexed; past
+        ``COPY_SOURCE_TOKENS`` the oldest go. Costs a tokenization per text: call it on
+        this session's thread, between replies (the window's worker, not the UI thread)."""
+        for text in texts:
+            if text:
+                self.copy_sources.add(self.target.tokenize(text, add_special=False, parse_special=False))
+
     def reply(self, history: Sequence[tuple[str, str]], sampling: SamplingConfig, spec: SpecConfig,
-              max_tokens: int, *, system_prompt: str = "", cancel: threading.Event | None = None) -> Generation:
+              max_tokens: int, *, system_prompt: str = "", cancel: threading.Event | None = None,
+              replaced: Sequence[str] = ()) -> Generation:
         """One reply to ``history`` (ending with the user's turn), as a stream of token events.
 
         Iterate it for ``TokenEvent``s; its ``stats`` grow as it runs and say, at the end,
         how many early messages were left out to fit the context and whether the model's
-        template failed (ChatML stood in)."""
+        template failed (ChatML stood in). ``replaced``: the replies this one replaces
+        (Regenerate passes the old reply), copied from first where they repeat."""
         prompt = self.prompt(history, system_prompt, max_tokens, cancel)
-        return self.generate(prompt, sampling, spec, max_tokens, cancel)
+        return self.generate(prompt, sampling, spec, max_tokens, cancel, replaced=replaced)
 
     def generate(self, prompt: ChatPrompt, sampling: SamplingConfig, spec: SpecConfig, max_tokens: int,
-                 cancel: threading.Event | None = None) -> Generation:
-        """A reply to an already built prompt, its figures carrying what the prompt said."""
-        generation = self.engine.generate(prompt.tokens, sampling, spec, max_tokens, cancel)
+                 cancel: threading.Event | None = None, *, replaced: Sequence[str] = ()) -> Generation:
+        """A reply to an already built prompt, its figures carrying what the prompt said.
+        Copying repeats (``spec.copy_min``) also copies from what ``remember`` and
+        ``replaced`` gave, the replaced replies first (added last, they win equal matches)."""
+        self.remember(replaced)
+        generation = self.engine.generate(prompt.tokens, sampling, spec, max_tokens, cancel,
+                                          copy_sources=self.copy_sources)
         generation.stats.left_out = prompt.left_out
         generation.stats.prompt_notice = prompt.notice
         return generation
