@@ -33,6 +33,10 @@ SETTINGS_VERSION = 1
 MAX_FILE_BYTES = 4 << 20  # a settings file is a few hundred bytes; long system prompts fit
 MAX_TEXT_CHARS = 100_000  # with MAX_PATH_CHARS: every valid Settings saves under MAX_FILE_BYTES
 MAX_PATH_CHARS = 4096     # PATH_MAX on Linux
+MAX_PRESETS = 32          # all their texts together at most MAX_TEXT_CHARS, so the file bound holds
+MAX_PRESET_NAME_CHARS = 80
+MAX_FOLDERS = 32
+MAX_RECENT_PAIRS = 10
 
 # Version n -> a function turning the "settings" dict of a version-n file into version n+1.
 # Loading applies them in order; an old file with no path to the current version counts as bad.
@@ -68,6 +72,53 @@ def _path(value: Any) -> str:
     if _NOT_FILE_NAME_BYTE.search(value):
         raise ValueError("must be a file name without lone surrogates")
     return value
+
+
+def _presets(value: Any) -> tuple[tuple[str, str], ...]:
+    """Named system prompts: [[name, text], ...], names unique and not blank."""
+    if not isinstance(value, (list, tuple)) or not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in value):
+        raise ValueError("must be a list of [name, text] pairs")
+    if len(value) > MAX_PRESETS:
+        raise ValueError(f"must hold at most {MAX_PRESETS} presets")
+    seen: set[str] = set()
+    presets = []
+    for name, text in value:
+        name, text = _text(name).strip(), _text(text)
+        if not name or len(name) > MAX_PRESET_NAME_CHARS:
+            raise ValueError(f"must have names of 1 to {MAX_PRESET_NAME_CHARS} characters")
+        if name.casefold() in seen:
+            raise ValueError(f"must not name two presets {name!r}")
+        seen.add(name.casefold())
+        presets.append((name, text))
+    if sum(len(text) for _, text in presets) > MAX_TEXT_CHARS:
+        raise ValueError(f"must hold at most {MAX_TEXT_CHARS:,} characters of prompts in all")
+    return tuple(presets)
+
+
+def _paths(limit: int, per_item: int = 1) -> Check:
+    """A list of paths (``per_item`` 1), or of pairs of paths (2: [target, draft])."""
+    def check(value: Any) -> tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ValueError("must be a list")
+        if len(value) > limit:
+            raise ValueError(f"must hold at most {limit} entries")
+        if per_item == 1:
+            return tuple(_path(item) for item in value)
+        if not all(isinstance(item, (list, tuple)) and len(item) == per_item for item in value):
+            raise ValueError(f"must be a list of [{', '.join(['path'] * per_item)}] entries")
+        return tuple(tuple(_path(part) for part in item) for item in value)
+    return check
+
+
+def preset_text(settings: Settings, name: str) -> str | None:
+    """The system prompt of the preset ``name``; None when there is none by that name."""
+    return next((text for preset, text in settings.system_prompt_presets if preset == name), None)
+
+
+def with_recent_pair(settings: Settings, target: str, draft: str) -> Settings:
+    """``settings`` with (target, draft) first among the recent pairs, each pair once."""
+    pairs = [(target, draft)] + [p for p in settings.recent_pairs if p != (target, draft)]
+    return settings.replace(recent_pairs=tuple(pairs[:MAX_RECENT_PAIRS]))
 
 
 def _flag(value: Any) -> bool:
@@ -159,7 +210,8 @@ class Settings:
     target_gpu_layers: int = option(-1, "Target layers offloaded to the GPU (-1: all).", _integer(-1, 100_000))
     draft_gpu_layers: int = option(-1, "Draft layers offloaded to the GPU (-1: all).", _integer(-1, 100_000))
     n_ctx: int = option(4096, "Context size in tokens.", _integer(256, 2**24))
-    n_threads: int = option(0, "CPU threads (0: automatic).", _integer(0, 1024))
+    n_threads: int = option(0, "CPU threads (0: adaptive, fewer while other programs keep cores busy).",
+                            _integer(0, 1024))
     flash_attention: Literal["auto", "on", "off"] = option(
         "auto", "Flash attention: 'auto' (off on a CPU, where it slows long prompts; "
         "llama.cpp's choice on a GPU), 'on' or 'off'.", _one_of("auto", "on", "off"))
@@ -173,6 +225,14 @@ class Settings:
     seed: int = option(-1, "Random seed (-1: a new one each time).", _integer(-1, 2**63 - 1))
     max_tokens: int = option(1024, "Longest reply in tokens.", _integer(1, 1_000_000))
     system_prompt: str = option("", "Instructions placed before every conversation.", _text)
+    system_prompt_presets: tuple[tuple[str, str], ...] = option(
+        (), "Named system prompts a chat can choose instead of the one above ([name, text] pairs).", _presets)
+    # Library
+    library_folders: tuple[str, ...] = option(
+        (), "Folders of GGUF files the model library scans besides LM Studio's, Ollama's and the "
+        "Hugging Face cache.", _paths(MAX_FOLDERS))
+    recent_pairs: tuple[tuple[str, str], ...] = option(
+        (), "Target and draft pairs used lately, newest first (File > Recent pairs).", _paths(MAX_RECENT_PAIRS, 2))
     # Window
     show_colours: bool = option(True, "Colour tokens by what happened to them.", _flag)
     window_geometry: str = option("", "Saved window geometry (base64); kept by the window.", _text)
