@@ -39,7 +39,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, in_command: bool = T
     group.add_argument("--n-ctx", "-c", "--ctx-size", type=whole(16, 2**24), metavar="N", default=default(4096),
                        help="context size in tokens (default: 4096)")
     group.add_argument("--threads", "-t", type=whole(0, 1024), metavar="N", default=default(0),
-                       help="CPU threads (default: 0, automatic)")
+                       help="CPU threads (default: 0, adaptive: chosen as it runs, fewer while other "
+                            "programs keep cores busy; N: always N)")
     group.add_argument("--flash-attn", choices=["auto", "on", "off"], default=default("auto"),
                        help="flash attention (default: auto, off on a CPU where it slows long prompts)")
     group.add_argument("--gpu-layers", "-ngl", "--n-gpu-layers", type=whole(-1, 100_000), metavar="N", default=default(-1),
