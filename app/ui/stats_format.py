@@ -21,6 +21,13 @@ def percent(value: float) -> str:
     return f"{value * 100:.0f}%"
 
 
+def prompt_reused(stats: Stats) -> int:
+    """Prompt tokens taken from the KV cache instead of evaluated again (0 when none)."""
+    if stats.prompt_tokens and 0 < stats.prompt_eval_tokens < stats.prompt_tokens:
+        return stats.prompt_tokens - stats.prompt_eval_tokens
+    return 0
+
+
 def message_summary(stats: Stats) -> str:
     """One line kept under a reply: speed, and what speculation did for it."""
     parts = [f"{stats.tokens} tokens", rate(stats.tokens_per_second)]
@@ -33,6 +40,10 @@ def message_summary(stats: Stats) -> str:
     reason = STOP_REASONS.get(stats.stop_reason)
     if reason and stats.stop_reason != StopReason.EOS:
         parts.append(reason)
+    reused = prompt_reused(stats)
+    if reused:
+        # An edit or a Regenerate keeps the chat's evaluated prefix: only the new suffix ran.
+        parts.append(f"prompt: {stats.prompt_eval_tokens} new, {reused} reused")
     if stats.left_out:
         parts.append(left_out_text(stats.left_out))
     if stats.prompt_notice:
