@@ -45,10 +45,18 @@ def create_app(worker: EngineWorker, *, model_id: str, defaults: Defaults, info=
         return {"status": "ok", "model": model_id, "draft": getattr(info, "draft_name", ""),
                 "speculation": bool(getattr(info, "speculation_available", False)), "waiting": worker.waiting}
 
+    model = {"id": model_id, "object": "model", "created": created, "owned_by": "tandem"}
+
     @app.get("/v1/models")
     async def models():
-        return {"object": "list", "data": [{"id": model_id, "object": "model", "created": created,
-                                            "owned_by": "tandem"}]}
+        return {"object": "list", "data": [model]}
+
+    @app.get("/v1/models/{name:path}")
+    async def one_model(name: str):
+        if name != model_id:
+            raise ApiError(404, f"No model {name!r} here; this server serves {model_id!r}.", param="model",
+                           code="model_not_found")
+        return model
 
     @app.get("/tandem/requests")
     async def requests():

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
+from openai import NotFoundError
 
 from .live_server import ROOT
 
@@ -32,6 +33,9 @@ def ask(client, text: str = QUESTION, **options):
 def test_models_and_health(server, client):
     models = client.models.list()
     assert [m.id for m in models.data] == ["SmolLM2-135M-Instruct.F32.gguf"]
+    assert client.models.retrieve(models.data[0].id).id == models.data[0].id
+    with pytest.raises(NotFoundError):
+        client.models.retrieve("no-such-model")
     health = httpx.get(server.url + "/health").json()
     assert health["status"] == "ok" and health["speculation"] is True
 
