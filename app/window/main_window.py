@@ -1,12 +1,13 @@
 """The chat window: builds the widgets and the controllers and joins them.
 
-The window never runs model code and keeps no chat logic of its own: replies are the
+The window runs no model code and keeps no chat logic: the replies are the
 ``ChatController``'s (app/window/chat_controller.py), the history the
 ``HistoryController``'s (given a ``HistoryStore``), Compare the ``CompareController``'s,
-the Help menu the ``HelpController``'s. Each gets the widgets and services it works
-with, makes its own actions, and the window places those in its menus. What is left
-here: the window's own actions, the layout, model loading (with its banner and the
-crash-loop guard), settings, drag and drop, geometry and shutdown.
+the Help menu the ``HelpController``'s, the settings (in force, on disk, the dialog) the
+``SettingsController``'s, the models on screen ``ModelLoading``'s. Each is handed the
+widgets and services it works with and makes its own actions; the window places them
+in its menus. Left here: the window's own actions, layout, menus, drag and drop,
+geometry and shutdown.
 
 Adding a feature: build its controller in ``__init__`` with the parts it needs
 (``self.chat`` for the replies and their signals, ``self.chat_view``, ``self.notices``,
@@ -35,18 +36,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.bridge.async_glue import PairChecker
 from app.bridge.gpu_poller import GpuPoller
 from app.bridge.worker import EngineClient
-from app.engine.types import SamplingConfig, SpecConfig
-from app.errors import TandemError
 from app.session.records import reply_meta
-from app.storage.settings import LoadedSettings, Settings, load_settings, save_settings
+from app.storage.settings import LoadedSettings, Settings, load_settings
 from app.ui.chat_view import ChatView
 from app.ui.composer import Composer, model_files
 from app.ui.load_banner import LoadBanner
 from app.ui.message_view import ChatMessage
-from app.ui.notices import ERROR, WARNING, NoticeArea
+from app.ui.notices import WARNING, NoticeArea
 from app.ui.settings_dialog import GGUF_FILTER, SettingsDialog
 from app.ui.side_panel import SidePanel
 from app.ui.sidebar import ConversationSidebar
@@ -55,6 +53,7 @@ from app.window.compare_controller import CompareController
 from app.window.help_controller import HelpController
 from app.window.history_controller import HistoryController
 from app.window.model_loading import APP_NAME, ModelLoading
+from app.window.settings_controller import SettingsController
 
 if TYPE_CHECKING:
     from app.storage.history import HistoryStore
@@ -74,14 +73,12 @@ class MainWindow(QMainWindow):
                  history_store: HistoryStore | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         loaded = loaded or load_settings()
-        self._saved = loaded.settings  # what is on disk; command-line overrides stay out of it
-        self.settings = loaded.settings.replace(**(overrides or {}))
         self.client = client or EngineClient(parent=self)
         if self.client.parent() is None:
             self.client.setParent(self)
-        self._settings_dialog: SettingsDialog | None = None
-        self._pair_checker = PairChecker(self)
-        self._pair_checker.checked.connect(self._show_pair_check)
+        self.notices = NoticeArea(self)
+        self.prefs = SettingsController(loaded, self.notices, overrides=overrides, dialog_parent=self)
+        self.prefs.changed.connect(self._settings_applied)
 
         self.setWindowTitle(APP_NAME)
         self.setMinimumSize(*MIN_SIZE)
@@ -159,7 +156,6 @@ class MainWindow(QMainWindow):
         self.stop_action.setEnabled(False)
 
     def _build_layout(self) -> None:
-        self.notices = NoticeArea(self)
         self.load_banner = LoadBanner(self)
         self.chat_view = ChatView(show_colours=self.settings.show_colours)
         self.composer = Composer(self)
@@ -275,12 +271,6 @@ class MainWindow(QMainWindow):
     def clear_chat(self) -> None:
         self.chat.clear()
 
-    def sampling_config(self) -> SamplingConfig:
-        return self.chat.sampling_config()
-
-    def spec_config(self) -> SpecConfig:
-        return self.chat.spec_config()
-
     def copy_last_reply(self) -> None:
         reply = self.chat_view.last_reply()
         if reply is not None:
@@ -323,49 +313,30 @@ class MainWindow(QMainWindow):
 
     # --- settings -------------------------------------------------------------------------------
 
+    @property
+    def settings(self) -> Settings:
+        """The settings in force (command-line overrides included)."""
+        return self.prefs.settings
+
+    @property
+    def _settings_dialog(self) -> SettingsDialog | None:
+        return self.prefs.dialog
+
     def open_settings(self) -> SettingsDialog:
-        """Open the dialog with ``open()`` (not ``exec()``: replies keep streaming); returns it."""
-        dialog = SettingsDialog(self.settings, self)
-        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        dialog.compatibility_check_requested.connect(self._check_pair)
-        dialog.accepted.connect(lambda: self.apply_settings(dialog.settings()))
-        dialog.finished.connect(lambda _result: self._forget_dialog(dialog))
-        self._settings_dialog = dialog
-        dialog.open()
-        return dialog
-
-    def _check_pair(self, target: str, draft: str) -> None:
-        self._pair_checker.check(target, draft)
-
-    def _show_pair_check(self, target: str, draft: str, ok: bool, rule: object, reason: str) -> None:
-        if self._settings_dialog is not None:
-            self._settings_dialog.show_compatibility(target, draft, ok, rule, reason)
-
-    def _forget_dialog(self, dialog: SettingsDialog) -> None:
-        # Closed dialogs delete themselves; an answer arriving later must not reach one.
-        if self._settings_dialog is dialog:
-            self._settings_dialog = None
+        """Open the settings dialog (non-modal: replies keep streaming); returns it."""
+        return self.prefs.open_dialog()
 
     def apply_settings(self, settings: Settings) -> None:
         """Use ``settings`` from now on: models reload only when a model setting changed."""
-        changed = {k for k, v in settings.to_dict().items() if getattr(self.settings, k) != v}
-        self.settings = settings
-        self._save({k: getattr(settings, k) for k in changed})
+        self.prefs.apply(settings)
+
+    def _settings_applied(self, settings: Settings) -> None:
         self.speculation_action.setChecked(settings.speculation)
         self.colours_action.setChecked(settings.show_colours)
         self.chat_view.set_show_colours(settings.show_colours)
         self.side_panel.stats.show_speculation(settings.speculation, self.client.info)
         self.models.load()
         self.settings_changed.emit(settings)
-
-    def _save(self, changes: dict) -> None:
-        if not changes:
-            return
-        try:
-            self._saved = self._saved.replace(**changes)
-            save_settings(self._saved)
-        except TandemError as exc:
-            self.notices.show_notice("save", str(exc), ERROR)
 
     def _toggle_speculation(self, on: bool) -> None:
         if on != self.settings.speculation:
@@ -426,7 +397,7 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802
         geometry = bytes(self.saveGeometry().toBase64()).decode("ascii")
-        self._save({"window_geometry": geometry})
+        self.prefs.save({"window_geometry": geometry})
         self.chat.abandon()  # saved as stopped before the history lets go of the store
         if self.history is not None:
             self.history.shutdown()

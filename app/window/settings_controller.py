@@ -1,0 +1,74 @@
+"""The settings in force, the settings on disk, and the settings dialog.
+
+Command-line overrides apply to this session and are saved only if edited: what is
+in force (``settings``) and what is on disk are kept apart, and a change saves only the
+fields that changed. The dialog opens with ``open()`` (replies keep streaming), asks
+for compatibility checks off the UI thread (``PairChecker``), and an answer arriving
+after it closed reaches nothing. ``changed(Settings)`` follows every applied change.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtWidgets import QWidget
+
+from app.bridge.async_glue import PairChecker
+from app.errors import TandemError
+from app.storage.settings import LoadedSettings, Settings, save_settings
+from app.ui.notices import ERROR, NoticeArea
+from app.ui.settings_dialog import SettingsDialog
+
+SAVE_NOTICE_KEY = "save"
+
+
+class SettingsController(QObject):
+    changed = Signal(object)  # Settings, once in force
+
+    def __init__(self, loaded: LoadedSettings, notices: NoticeArea, *, overrides: dict | None = None,
+                 dialog_parent: QWidget) -> None:
+        super().__init__(dialog_parent)
+        self._saved = loaded.settings  # what is on disk; command-line overrides stay out of it
+        self.settings: Settings = loaded.settings.replace(**(overrides or {}))
+        self.notices = notices
+        self.dialog: SettingsDialog | None = None  # the open dialog, if any
+        self._dialog_parent = dialog_parent
+        self._pair_checker = PairChecker(self)
+        self._pair_checker.checked.connect(self._show_pair_check)
+
+    def apply(self, settings: Settings) -> set[str]:
+        """Use ``settings`` from now on; saves and returns the names of the fields that changed."""
+        changed = {k for k, v in settings.to_dict().items() if getattr(self.settings, k) != v}
+        self.settings = settings
+        self.save({k: getattr(settings, k) for k in changed})
+        self.changed.emit(settings)
+        return changed
+
+    def save(self, changes: dict) -> None:
+        """Write ``changes`` over what is on disk (a failure is a notice, never an exception)."""
+        if not changes:
+            return
+        try:
+            self._saved = self._saved.replace(**changes)
+            save_settings(self._saved)
+        except TandemError as exc:
+            self.notices.show_notice(SAVE_NOTICE_KEY, str(exc), ERROR)
+
+    def open_dialog(self) -> SettingsDialog:
+        """Open the dialog with ``open()`` (not ``exec()``: replies keep streaming); returns it."""
+        dialog = SettingsDialog(self.settings, self._dialog_parent)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.compatibility_check_requested.connect(self._pair_checker.check)
+        dialog.accepted.connect(lambda: self.apply(dialog.settings()))
+        dialog.finished.connect(lambda _result: self._forget_dialog(dialog))
+        self.dialog = dialog
+        dialog.open()
+        return dialog
+
+    def _show_pair_check(self, target: str, draft: str, ok: bool, rule: object, reason: str) -> None:
+        if self.dialog is not None:
+            self.dialog.show_compatibility(target, draft, ok, rule, reason)
+
+    def _forget_dialog(self, dialog: SettingsDialog) -> None:
+        # Closed dialogs delete themselves; an answer arriving later must not reach one.
+        if self.dialog is dialog:
+            self.dialog = None
