@@ -72,6 +72,7 @@ class ChatView(QScrollArea):
 
         self._messages: list[ChatMessage] = []
         self._reply_actions: list[ReplyAction] = []
+        self._user_actions: list[ReplyAction] = []
         self._show_colours = show_colours
         self._markdown = markdown
         self._zoom = _nearest_step(zoom)
@@ -89,6 +90,8 @@ class ChatView(QScrollArea):
     def add_user_message(self, text: str) -> ChatMessage:
         message = self._add(ChatMessage(USER, self.token_style, text_scale=self._zoom))
         message.set_plain_text(text)
+        for label, tooltip, handler in self._user_actions:
+            message.add_action(label, tooltip, handler)
         return message
 
     def add_reply(self, events: Iterable[TokenEvent] = (), stats: Stats | None = None,
@@ -113,6 +116,14 @@ class ChatView(QScrollArea):
         message.deleteLater()
         self.empty_label.setVisible(not self._messages)
 
+    def remove_from(self, message: ChatMessage) -> list[ChatMessage]:
+        """Remove ``message`` and every message after it (an edit, a switch of branch);
+        returns them, in order."""
+        gone = self._messages[self._messages.index(message):]
+        for item in gone:
+            self.remove_message(item)
+        return gone
+
     def clear(self) -> None:
         for message in list(self._messages):
             self.remove_message(message)
@@ -134,6 +145,13 @@ class ChatView(QScrollArea):
                 continue
             turns.append((message.role, message.text()))
         return turns
+
+    def add_user_action(self, label: str, tooltip: str, handler: Callable[[ChatMessage], None]) -> None:
+        """A button on every user message, present and future (Edit)."""
+        self._user_actions.append((label, tooltip, handler))
+        for message in self._messages:
+            if message.role == USER:
+                message.add_action(label, tooltip, handler)
 
     def add_reply_action(self, label: str, tooltip: str, handler: Callable[[ChatMessage], None]) -> None:
         """A button on every reply, present and future (Regenerate, Compare, ...)."""

@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 
 from app.engine.types import Stats, TokenEvent, TokenKind
 from app.vocabulary import MessageState
+from app.ui.branch_switcher import BranchSwitcher
 from app.ui.stats_format import message_summary
 from app.ui.markdown_view import MarkdownBody
 from app.ui.message_text import MessageText
@@ -48,6 +49,7 @@ class ChatMessage(QFrame):
     copied = Signal()
 
     link_clicked = Signal(str)  # a safe href in the formatted reply; the chat view asks first
+    version_stepped = Signal(int)  # ‹ or ›: -1 or +1 among this message's versions
 
     def __init__(self, role: str, style: TokenStyle, actions: Iterable[ReplyAction] = (),
                  parent: QWidget | None = None, *, markdown: bool = True, text_scale: float = 1.0) -> None:
@@ -60,6 +62,7 @@ class ChatMessage(QFrame):
         self.status = COMPLETE if role == USER else STREAMING
         self.error = ""
         self.request_id: int | None = None  # the engine request producing it, while it streams
+        self.versions: BranchSwitcher | None = None  # ‹ 2/3 ›, made when a second version exists
         self._style = style
         self._plain_text: list[str] = []
 
@@ -194,6 +197,16 @@ class ChatMessage(QFrame):
             self._sync_source()
         if self.markdown_view is not None:
             self.markdown_view.restyle(style)
+
+    def set_versions(self, position: int, count: int) -> None:
+        """Show ‹ position/count › (hidden for a single version)."""
+        if self.versions is None:
+            if count <= 1:
+                return
+            self.versions = BranchSwitcher(self)
+            self.versions.stepped.connect(self.version_stepped)
+            self._header.insertWidget(self._header.indexOf(self.state_label) + 1, self.versions)
+        self.versions.set_position(position, count)
 
     def add_action(self, label: str, tooltip: str, handler: Callable[[ChatMessage], None]) -> QToolButton:
         button = self._tool_button(label, tooltip, lambda: handler(self))
