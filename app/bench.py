@@ -432,7 +432,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
             print(format_table(busy))
             print()
             print(format_busy(busy_comparison(report, busy), args.busy))
-            print(f"threads at the end (target/draft): quiet {threads['quiet']}, busy {threads['busy']}")
+            print("threads at the end: " + "; ".join(
+                f"{phase} " + ", ".join(f"{model} {n}" for model, n in counts.items())
+                for phase, counts in threads.items()))
     if args.chart:
         from app.bench_chart import save_chart
 
