@@ -7,7 +7,7 @@ presets in the settings (which validate them).
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QHBoxLayout, QLabel, QLineEdit, QListWidget,
@@ -74,9 +74,13 @@ class PresetChooser(QWidget):
 class PresetDialog(QDialog):
     """Add, rename, rewrite and remove named system prompts; ``presets()`` is the result."""
 
-    def __init__(self, presets: Sequence[tuple[str, str]], parent: QWidget | None = None) -> None:
+    def __init__(self, presets: Sequence[tuple[str, str]], parent: QWidget | None = None, *,
+                 check: Callable[[tuple[tuple[str, str], ...]], str] | None = None) -> None:
+        """``check(presets)`` returns why they cannot be kept ('' when they can): OK
+        stays open, saying so, until it returns ''."""
         super().__init__(parent)
         self.setWindowTitle("System-prompt presets")
+        self._check = check
         self.resize(640, 420)
         self._presets = [list(p) for p in presets]
         self.names = QListWidget(self)
@@ -125,6 +129,12 @@ class PresetDialog(QDialog):
 
     def presets(self) -> tuple[tuple[str, str], ...]:
         return tuple((name, text) for name, text in self._presets)
+
+    def accept(self) -> None:
+        problem = self._check(self.presets()) if self._check is not None else ""
+        self.show_error(problem)
+        if not problem:
+            super().accept()
 
     def show_error(self, text: str) -> None:
         self.error_label.setText(text)

@@ -35,3 +35,15 @@ def test_the_dialog_adds_renames_rewrites_and_removes(qtbot):
     dialog.names.setCurrentRow(1)
     dialog.remove_preset()
     assert dialog.presets() == (("Terse", "Be brief."), ("Pirate", "Arr."))
+
+
+def test_ok_keeps_the_dialog_open_while_the_presets_cannot_be_kept(qtbot):
+    verdicts = ["must not name two presets 'a'", ""]
+    dialog = PresetDialog([("a", "x"), ("A", "y")], check=lambda presets: verdicts.pop(0))
+    qtbot.addWidget(dialog)
+    dialog.open()
+    dialog.accept()
+    assert dialog.isVisible() and "two presets" in dialog.error_label.text()
+    with qtbot.waitSignal(dialog.accepted, timeout=1000):
+        dialog.accept()
+    assert not dialog.isVisible()
