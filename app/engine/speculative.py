@@ -47,6 +47,7 @@ import numpy as np
 
 from app.engine.backend import ModelBackend
 from app.engine.detokenize import StreamingDetokenizer, token_display_text
+from app.engine.draft_costs import RecentCost
 from app.engine.draft_policy import AutoDraftLength, DraftPolicy, FixedDraftLength
 from app.engine.drafters import CopySources, Draft, Drafter, LookupDrafter, common_prefix
 from app.engine.errors import ContextOverflowError
@@ -83,6 +84,9 @@ class SpeculativeEngine:
         # Auto's measurements of this pair, kept from reply to reply.
         self._auto = AutoDraftLength()
         self._copier: LookupDrafter | None = None  # for SpecConfig.copy_min, made on first use
+        # The target's one-token steps (plain replies, plain rounds), kept from reply to reply:
+        # what each token would have cost without speculation (Stats.seconds_saved).
+        self._plain_steps = RecentCost()
         self.threads = threads_for(target, getattr(drafter, "model", None))
 
     def generate(self, prompt: Sequence[int], sampling: SamplingConfig = SamplingConfig(),
@@ -170,6 +174,8 @@ class SpeculativeEngine:
                 stats.target_seconds += elapsed
                 policy.observe_verify(len(batch), elapsed)
                 self.threads.observe_verify(len(batch), elapsed)
+                if len(batch) == 1:
+                    self._plain_steps.add(elapsed)
                 if masked is not None:
                     rows[:, masked] = -np.inf
 
@@ -210,6 +216,7 @@ class SpeculativeEngine:
                     yield event
         finally:
             stats.seconds = time.perf_counter() - started
+            stats.plain_step_seconds = self._plain_steps.value or 0.0
             if self.drafter is not None:
                 stats.draft_seconds = self.drafter.seconds - draft_seconds0
 

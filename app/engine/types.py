@@ -87,6 +87,9 @@ class Stats:
     note: str = ""               # why speculation was off, when it was
     left_out: int = 0            # earliest messages of the chat left out to fit the context
     prompt_notice: str = ""      # the model's chat template failed: why, and that ChatML stood in
+    # The median measured cost of one target step on one token (0: none measured yet):
+    # what each token costs without speculation, for seconds_saved.
+    plain_step_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         # Stats rebuilt from a stored record carry the reason as its text ('' for none).
@@ -115,6 +118,27 @@ class Stats:
     @property
     def tokens_per_second(self) -> float:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def plain_seconds(self) -> float:
+        """What the reply's tokens would have taken from the target alone: one measured
+        plain step each (its Python and sampling left out, so it errs low)."""
+        return self.tokens * self.plain_step_seconds
+
+    @property
+    def seconds_saved(self) -> float | None:
+        """Speculation's saving against the target alone (negative: it cost time); None when
+        the reply did not speculate or no plain step was measured."""
+        if not self.speculative or self.plain_step_seconds <= 0 or self.seconds <= 0:
+            return None
+        return self.plain_seconds - self.seconds
+
+    @property
+    def speedup(self) -> float | None:
+        """``plain_seconds / seconds`` (None as for seconds_saved)."""
+        if self.seconds_saved is None:
+            return None
+        return self.plain_seconds / self.seconds
 
     @property
     def python_seconds(self) -> float:
@@ -156,4 +180,7 @@ class Stats:
             "note": self.note,
             "left_out": self.left_out,
             "prompt_notice": self.prompt_notice,
+            "plain_step_seconds": round(self.plain_step_seconds, 6),
+            "seconds_saved": None if self.seconds_saved is None else round(self.seconds_saved, 4),
+            "speedup": None if self.speedup is None else round(self.speedup, 4),
         }

@@ -28,6 +28,20 @@ def prompt_reused(stats: Stats) -> int:
     return 0
 
 
+def seconds(value: float) -> str:
+    return f"{value:.1f} s" if abs(value) < 60 else f"{int(value // 60)} min {abs(value) % 60:.0f} s"
+
+
+def time_saved(stats: Stats) -> str | None:
+    """What speculation saved against the target alone, e.g. "2.1 s saved · 1.4×" (None: unknown)."""
+    saved, speedup = stats.seconds_saved, stats.speedup
+    if saved is None or speedup is None:
+        return None
+    if saved >= 0:
+        return f"{seconds(saved)} saved · {speedup:.1f}×"
+    return f"{seconds(-saved)} lost · {speedup:.2f}×"
+
+
 def message_summary(stats: Stats) -> str:
     """One line kept under a reply: speed, and what speculation did for it."""
     parts = [f"{stats.tokens} tokens", rate(stats.tokens_per_second)]
@@ -35,6 +49,9 @@ def message_summary(stats: Stats) -> str:
         parts += [f"acceptance {percent(stats.acceptance)}",
                   f"{stats.tokens_per_round:.2f} tokens/round",
                   f"{stats.accepted}/{stats.drafted} drafts accepted"]
+        saved = time_saved(stats)
+        if saved:
+            parts.append(saved)
     else:
         parts.append("no speculation" + (f" ({stats.note})" if stats.note and stats.note != SPECULATION_OFF else ""))
     reason = STOP_REASONS.get(stats.stop_reason)
