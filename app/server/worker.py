@@ -108,90 +108,43 @@ class StopMatcher:
         return held
 
 
-class EngineWorker:
-    """Loads the pair on its own thread, then serves jobs first come, first served."""
+class JobRunner:
+    """Numbers jobs as they arrive and runs each on the thread that owns the session;
+    keeps the recent requests. Where the jobs wait is the subclass's: ``EngineWorker``
+    has its own thread and queue, a window hands them to its engine thread."""
 
-    def __init__(self, load: Callable[[], object]) -> None:
-        self._load = load
-        self._jobs: queue.Queue[Job | None] = queue.Queue()
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._arrivals = itertools.count(1)
         self._served = itertools.count(1)
-        self._loaded = threading.Event()
-        self._load_error: BaseException | None = None
         self._current: Job | None = None
-        self._thread = threading.Thread(target=self._main, name="tandem-engine", daemon=True)
-        self.session = None
         self.recent: deque[dict] = deque(maxlen=RECENT_REQUESTS)
-        self.listeners: list[Callable[[dict], None]] = []  # told of each finished request (any thread)
+        self.listeners: list[Callable[[dict], None]] = []  # told of each finished request (engine thread)
 
-    def start(self):
-        """Load the models (on the worker thread) and return the loaded ``ChatSession``;
-        a failed load raises its error here."""
-        self._thread.start()
-        self._loaded.wait()
-        if self._load_error is not None:
-            raise self._load_error
-        return self.session
+    def number(self, job: Job) -> None:
+        """Call under ``_lock``, as the job joins its queue: arrival order is queue order."""
+        job.arrival = next(self._arrivals)
+        job.enqueued = time.perf_counter()
 
-    def submit(self, job: Job) -> None:
-        with self._lock:  # arrival numbers in the queue's own order
-            job.arrival = next(self._arrivals)
-            job.enqueued = time.perf_counter()
-            self._jobs.put(job)
-
-    @property
-    def waiting(self) -> int:
-        return self._jobs.qsize()
-
-    def cancel_all(self) -> None:
-        """Stop the running job and every queued one (the server is shutting down)."""
+    def run(self, session, job: Job) -> None:
+        """Serve ``job`` on ``session`` (on the session's own thread)."""
         with self._lock:
-            current = self._current
-            pending = list(self._jobs.queue)
-        for job in [current, *pending]:
-            if job is not None:
-                job.cancel.set()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self.cancel_all()
-        self._jobs.put(None)
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-
-    def _main(self) -> None:
+            self._current = job
         try:
-            self.session = self._load()
-        except BaseException as exc:  # noqa: BLE001 — reported by start() on the caller's thread
-            self._load_error = exc
-            return
+            if job.cancel.is_set():
+                job.push(_skipped(job))
+            else:
+                self._run(session, job, next(self._served))
         finally:
-            self._loaded.set()
-        try:
-            while (job := self._jobs.get()) is not None:
-                with self._lock:
-                    self._current = job
-                try:
-                    if job.cancel.is_set():
-                        job.push(self._outcome_of_skipped(job))
-                    else:
-                        self._run(job, next(self._served))
-                finally:
-                    with self._lock:
-                        self._current = None
-        finally:
-            self.session.close()
+            with self._lock:
+                self._current = None
 
-    def _outcome_of_skipped(self, job: Job) -> Outcome:
-        return Outcome("cancelled", 0, 0, 0, Stats(), Counter(), job.arrival, 0,
-                       time.perf_counter() - job.enqueued)
-
-    def _run(self, job: Job, served: int) -> None:
+    def _run(self, session, job: Job, served: int) -> None:
         queued = time.perf_counter() - job.enqueued
         try:
-            outcome = self._reply(job, served, queued)
+            outcome = _reply(session, job, served, queued)
         except RenderStopped:
-            outcome = self._outcome_of_skipped(job)
+            outcome = _skipped(job)
         except ContextOverflowError as exc:
             job.push(ApiError(400, str(exc), param="messages" if job.spec.kind == "chat" else "prompt",
                               code="context_length_exceeded"))
@@ -212,47 +165,111 @@ class EngineWorker:
             except Exception:  # noqa: BLE001 — a listener's fault is not the client's
                 log.exception("request listener failed")
 
-    def _reply(self, job: Job, served: int, queued: float) -> Outcome:
-        spec, session = job.spec, self.session
-        if spec.kind == "chat":
-            prompt = session.prompt(spec.history, spec.system, spec.max_tokens, job.cancel)
-        else:
-            from app.session.chat import ChatPrompt
 
-            # Raw text, never control tokens: a '<|im_end|>' in it stays text.
-            prompt = ChatPrompt(session.target.tokenize(spec.prompt, add_special=True, parse_special=False))
-        generation = session.generate(prompt, spec.sampling, spec.spec, spec.max_tokens, job.cancel)
-        matcher = StopMatcher(spec.stop)
-        kinds: Counter = Counter()
-        pending: list[str] = []
-        count, finish = 0, None
-        events = iter(generation)
+class EngineWorker(JobRunner):
+    """Loads the pair on its own thread, then serves jobs first come, first served."""
+
+    def __init__(self, load: Callable[[], object]) -> None:
+        super().__init__()
+        self._load = load
+        self._jobs: queue.Queue[Job | None] = queue.Queue()
+        self._loaded = threading.Event()
+        self._load_error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, name="tandem-engine", daemon=True)
+        self.session = None
+
+    def start(self):
+        """Load the models (on the worker thread) and return the loaded ``ChatSession``;
+        a failed load raises its error here."""
+        self._thread.start()
+        self._loaded.wait()
+        if self._load_error is not None:
+            raise self._load_error
+        return self.session
+
+    def submit(self, job: Job) -> None:
+        with self._lock:
+            self.number(job)
+            self._jobs.put(job)
+
+    @property
+    def waiting(self) -> int:
+        return self._jobs.qsize()
+
+    def cancel_all(self) -> None:
+        """Stop the running job and every queued one (the server is shutting down)."""
+        with self._lock:
+            jobs = [self._current, *self._jobs.queue]
+        for job in jobs:
+            if job is not None:
+                job.cancel.set()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.cancel_all()
+        self._jobs.put(None)
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _main(self) -> None:
         try:
-            for event in events:
-                count += 1
-                kinds[event.kind.value] += 1
-                pending.append(event.kind.value)
-                text, hit = matcher.feed(event.text)
-                if text:
-                    job.push(Delta(text, tuple(pending)))
-                    pending = []
-                if hit:
-                    finish = "stop"
-                    break
-                if job.cancel.is_set():
-                    finish = "cancelled"
-                    break
-            else:
-                tail = matcher.flush()
-                if tail or pending:
-                    job.push(Delta(tail, tuple(pending)))
+            self.session = self._load()
+        except BaseException as exc:  # noqa: BLE001 — reported by start() on the caller's thread
+            self._load_error = exc
+            return
         finally:
-            events.close()
-        stats = generation.stats
-        if finish is None:
-            finish = {StopReason.EOS: "stop", StopReason.CANCELLED: "cancelled"}.get(stats.stop_reason, "length")
-        return Outcome(finish, count, stats.prompt_tokens, max(0, stats.prompt_tokens - stats.prompt_eval_tokens),
-                       stats, kinds, job.arrival, served, queued, spec.speculation_refused)
+            self._loaded.set()
+        try:
+            while (job := self._jobs.get()) is not None:
+                self.run(self.session, job)
+        finally:
+            self.session.close()
+
+
+def _skipped(job: Job) -> Outcome:
+    return Outcome("cancelled", 0, 0, 0, Stats(), Counter(), job.arrival, 0, time.perf_counter() - job.enqueued)
+
+
+def _reply(session, job: Job, served: int, queued: float) -> Outcome:
+    spec = job.spec
+    if spec.kind == "chat":
+        prompt = session.prompt(spec.history, spec.system, spec.max_tokens, job.cancel)
+    else:
+        from app.session.chat import ChatPrompt
+
+        # Raw text, never control tokens: a '<|im_end|>' in it stays text.
+        prompt = ChatPrompt(session.target.tokenize(spec.prompt, add_special=True, parse_special=False))
+    generation = session.generate(prompt, spec.sampling, spec.spec, spec.max_tokens, job.cancel)
+    matcher = StopMatcher(spec.stop)
+    kinds: Counter = Counter()
+    pending: list[str] = []
+    count, finish = 0, None
+    events = iter(generation)
+    try:
+        for event in events:
+            count += 1
+            kinds[event.kind.value] += 1
+            pending.append(event.kind.value)
+            text, hit = matcher.feed(event.text)
+            if text:
+                job.push(Delta(text, tuple(pending)))
+                pending = []
+            if hit:
+                finish = "stop"
+                break
+            if job.cancel.is_set():
+                finish = "cancelled"
+                break
+        else:
+            tail = matcher.flush()
+            if tail or pending:
+                job.push(Delta(tail, tuple(pending)))
+    finally:
+        events.close()
+    stats = generation.stats
+    if finish is None:
+        finish = {StopReason.EOS: "stop", StopReason.CANCELLED: "cancelled"}.get(stats.stop_reason, "length")
+    return Outcome(finish, count, stats.prompt_tokens, max(0, stats.prompt_tokens - stats.prompt_eval_tokens),
+                   stats, kinds, job.arrival, served, queued, spec.speculation_refused)
 
 
 def request_record(job: Job, outcome: Outcome) -> dict:
