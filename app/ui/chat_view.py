@@ -160,6 +160,14 @@ class ChatView(QScrollArea):
             if message.role == ASSISTANT:
                 message.add_action(label, tooltip, handler)
 
+    @property
+    def markdown(self) -> bool:
+        return self._markdown
+
+    def set_markdown(self, markdown: bool) -> None:
+        """Replies added from now on show formatted (True) or as coloured source."""
+        self._markdown = markdown
+
     # --- links --------------------------------------------------------------------------------
 
     def open_link(self, href: str) -> bool:
