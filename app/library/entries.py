@@ -135,7 +135,7 @@ def read_entry(path: Path, name: str, source: str) -> LibraryEntry:
     base = dict(path=os.fsdecode(path), name=name, source=source, size=size, signature=signature,
                 parts=len(parts), quantisation=quantisation_in_name(name))
     missing = [p for p in parts if not p.exists()]
-    if missing:
+    if missing and len(parts) > 1:  # a single file: the validator says what is wrong with it
         return LibraryEntry(**base, refused=f"{shown_name(path)}: a model in {len(parts)} parts, "
                                             f"{len(missing)} missing (first: {shown_name(missing[0])})")
     try:

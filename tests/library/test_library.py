@@ -188,3 +188,10 @@ def test_words_for_numbers():
     assert parameters_shown(0) == "?"
     assert quantisation_in_name("Qwen2.5-0.5B-Instruct-Q4_K_M.gguf") == "Q4_K_M"
     assert quantisation_in_name("model-f16.gguf") == "F16" and quantisation_in_name("model.gguf") == ""
+
+
+def test_a_file_that_is_gone_says_so(tmp_path):
+    from app.library.entries import read_entry
+
+    entry = read_entry(tmp_path / "gone.gguf", "gone.gguf", FOLDER)
+    assert not entry.usable and "does not exist" in entry.refused
