@@ -218,6 +218,15 @@ class ChatView(QScrollArea):
             self._show_colours = show
             self._restyle()
 
+    def wheelEvent(self, event) -> None:  # noqa: N802
+        if event.modifiers() & Qt.KeyboardModifier.ControlModifier:  # Ctrl+wheel zooms, as in a browser
+            delta = event.angleDelta().y()
+            if delta:
+                self.zoom_in() if delta > 0 else self.zoom_out()
+            event.accept()
+            return
+        super().wheelEvent(event)
+
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802
         super().changeEvent(event)
         if event.type() == QEvent.Type.PaletteChange and is_dark(self.palette()) != self.token_style.dark:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 from PySide6.QtCore import QEvent, QPointF, Qt, Signal
-from PySide6.QtGui import QTextCursor, QTextOption
-from PySide6.QtWidgets import QApplication, QFrame, QSizePolicy, QTextEdit, QToolTip, QWidget
+from PySide6.QtGui import QTextCursor, QTextOption, QWheelEvent
+from PySide6.QtWidgets import QAbstractScrollArea, QApplication, QFrame, QSizePolicy, QTextEdit, QToolTip, QWidget
 
 from app.ui.token_style import corrected_tooltip
 
@@ -42,8 +42,24 @@ class MessageText(QTextEdit):
         if height != self.height():
             self.setFixedHeight(height)
 
-    def wheelEvent(self, event) -> None:  # noqa: N802 — let the chat view scroll
-        event.ignore()
+    def wheelEvent(self, event) -> None:  # noqa: N802
+        """The chat scrolls, not the message: the wheel goes to the scroll area around it.
+
+        Handed on explicitly rather than ignored: an ignored wheel event only climbs to
+        the parents when it came from the window system, and never from a nested viewport
+        whose scroll area claims it."""
+        area = self.parentWidget()
+        while area is not None and not isinstance(area, QAbstractScrollArea):
+            area = area.parentWidget()
+        if area is None:
+            event.ignore()
+            return
+        viewport = area.viewport()
+        at = viewport.mapFromGlobal(event.globalPosition().toPoint())
+        QApplication.sendEvent(viewport, QWheelEvent(
+            QPointF(at), event.globalPosition(), event.pixelDelta(), event.angleDelta(), event.buttons(),
+            event.modifiers(), event.phase(), event.inverted(), event.source()))
+        event.accept()
 
     def mousePressEvent(self, event) -> None:  # noqa: N802
         self._pressed_at = event.position().toPoint()

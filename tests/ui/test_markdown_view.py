@@ -256,3 +256,32 @@ def test_zoom_scales_reading_text_and_code(view):
     assert later.text_view.font().pointSizeF() > size / 1.0 - 0.01
     view.reset_zoom()
     assert view.zoom == 1.0 and reply.markdown_view.font().pointSizeF() == pytest.approx(size)
+
+
+def wheel(target, qapp, *, ctrl=False, dy=-120):
+    from PySide6.QtCore import QPoint, QPointF
+    from PySide6.QtGui import QWheelEvent
+
+    pos = QPointF(10, 5)
+    modifiers = Qt.KeyboardModifier.ControlModifier if ctrl else Qt.KeyboardModifier.NoModifier
+    qapp.sendEvent(target, QWheelEvent(pos, target.mapToGlobal(pos), QPoint(0, 0), QPoint(0, dy),
+                                       Qt.MouseButton.NoButton, modifiers, Qt.ScrollPhase.NoScrollPhase, False))
+
+
+def test_the_wheel_scrolls_the_chat_over_message_text_and_code(view, qtbot, qapp):
+    text = "Para.\n\n```\n" + "code\n" * 30 + "```\n\n" + "More text.\n\n" * 30
+    for _ in range(2):
+        view.add_user_message("question")
+        view.add_reply([TokenEvent(0, text, TokenKind.ACCEPTED)], Stats(), COMPLETE)
+    bar = view.verticalScrollBar()
+    qtbot.waitUntil(lambda: bar.maximum() > 200)
+    reply = view.messages()[1]
+    for target in (reply.markdown_view.prose_views()[0].viewport(),
+                   reply.markdown_view.code_blocks()[0].text_view.viewport(),
+                   view.messages()[0].text_view.viewport()):
+        bar.setValue(0)
+        wheel(target, qapp)
+        assert bar.value() > 0, target.parent()
+    zoom = view.zoom
+    wheel(reply.markdown_view.prose_views()[0].viewport(), qapp, ctrl=True, dy=120)
+    assert view.zoom > zoom
