@@ -8,17 +8,14 @@ line, then serves until Ctrl+C, which stops the running reply and the queue.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
-import socket
 import sys
 
 from app.arg_types import whole
-from app.errors import TandemError
+from app.server.listening import bind, is_loopback, url_of, uvicorn_config
 from app.terminal import UsageError
 
 API_KEY_VARIABLE = "TANDEM_API_KEY"
-GRACEFUL_SECONDS = 5
 
 
 def add_parser(subcommands, add_model_arguments, add_sampling_arguments) -> None:
@@ -40,36 +37,6 @@ def add_parser(subcommands, add_model_arguments, add_sampling_arguments) -> None
     add_sampling_arguments(serve)
     # A request without max_tokens may use what the context leaves, as OpenAI's does.
     serve.set_defaults(max_tokens=None)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def bind(host: str, port: int) -> socket.socket:
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM,
-                                                             flags=socket.AI_PASSIVE)[0]
-    except socket.gaierror as exc:
-        raise UsageError(f"--host {host}: {exc.strerror}") from None
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-    except OSError as exc:
-        sock.close()
-        raise TandemError(f"Cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    return sock
-
-
-def url_of(sock: socket.socket) -> str:
-    host, port = sock.getsockname()[:2]
-    return f"http://{'[' + host + ']' if ':' in host else host}:{port}/v1"
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -128,6 +95,4 @@ def _serve(args, sock, worker, session, api_key, sampling, spec) -> None:
                       + f", {speculation}, context {n_ctx}" + (", API key required" if api_key else "")
                       + ". Ctrl+C stops.", flush=True)
 
-    config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False, lifespan="off",
-                            timeout_graceful_shutdown=GRACEFUL_SECONDS)
-    Server(config).run(sockets=[sock])
+    Server(uvicorn_config(app)).run(sockets=[sock])
