@@ -187,6 +187,15 @@ class EngineWorker(QObject):
             return
         self.finished.emit(request.id, stats_snapshot(generation.stats))
 
+    @Slot(object)
+    def run_task(self, task) -> None:
+        """``task(models)`` here, where the models live, in turn with the replies (the
+        window's local server); ``models`` is None while none is loaded."""
+        try:
+            task(self._models)
+        except Exception:  # noqa: BLE001 — a task's fault must not end the engine thread
+            log.exception("An engine task failed")
+
     @Slot()
     def check(self) -> None:
         """Help → Check speculation: the self-test, here where the models live."""
@@ -236,6 +245,7 @@ class EngineClient(QObject):
     _generate_requested = Signal(object)
     _check_requested = Signal()
     _close_requested = Signal()
+    _task_requested = Signal(object)
 
     def __init__(self, loader: Loader = load_llama_models, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -248,6 +258,7 @@ class EngineClient(QObject):
         self._generate_requested.connect(self._worker.generate)
         self._close_requested.connect(self._worker.close)
         self._check_requested.connect(self._worker.check)
+        self._task_requested.connect(self._worker.run_task)
         self._worker.checked.connect(self.checked)
         self._worker.progress.connect(self.load_progress)
         self._worker.loaded.connect(self._on_loaded)
@@ -327,6 +338,11 @@ class EngineClient(QObject):
         if not was_busy:
             self.busy_changed.emit(True)
         return request.id
+
+    def run_on_engine(self, task) -> None:
+        """Run ``task(models)`` on the engine thread after what is queued there; callable
+        from any thread (the local server's). ``models`` is None while none is loaded."""
+        self._task_requested.emit(task)
 
     def check_speculation(self) -> None:
         """Run the self-test on the worker thread; the answer comes as ``checked``."""
