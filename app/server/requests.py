@@ -20,6 +20,7 @@ from app.server.errors import ApiError
 from app.vocabulary import DRAFT_MAX_RANGE
 
 MAX_STOPS = 4         # as OpenAI
+MAX_STOP_CHARS = 1000  # each is matched against the reply's tail after every token
 SEED_LIMIT = 2 ** 63  # numpy's generator takes any non-negative integer; keep it to int64
 
 
@@ -152,6 +153,8 @@ def _job(kind, checked: _Common, defaults: Defaults, requested: int | None, para
     stops = [checked.stop] if isinstance(checked.stop, str) else list(checked.stop or [])
     if len(stops) > MAX_STOPS:
         raise ApiError(400, f"stop holds {len(stops)} sequences; at most {MAX_STOPS} are allowed.", param="stop")
+    if any(len(s) > MAX_STOP_CHARS for s in stops):
+        raise ApiError(400, f"A stop sequence is longer than {MAX_STOP_CHARS} characters.", param="stop")
     sampling = defaults.sampling
     changes = {name: getattr(checked, name) for name in ("temperature", "top_p", "top_k", "min_p", "ignore_eos")
                if getattr(checked, name) is not None}

@@ -182,6 +182,8 @@ def test_twenty_concurrent_clients_all_answered_in_order_of_arrival(client):
     ({"messages": [{"role": "user", "content": "hi"}], "stream": "yes"}, "stream"),
     ({"messages": [{"role": "user", "content": "hi"}], "tandem": {"draft_max": 0}}, "tandem.draft_max"),
     ({"prompt": 7}, "prompt"),
+    ({"prompt": "a", "stop": ["x"] * 5}, "stop"),
+    ({"prompt": "a", "stop": "x" * 5000}, "stop"),
 ])
 def test_wrong_fields_are_refused_with_openai_error_json(server, body, param):
     route = "/completions" if "prompt" in body else "/chat/completions"
