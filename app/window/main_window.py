@@ -53,6 +53,7 @@ from app.window.compare_controller import CompareController
 from app.window.help_controller import HelpController
 from app.window.history_controller import HistoryController
 from app.window.model_loading import APP_NAME, ModelLoading
+from app.window.server_controller import ServerController
 from app.window.settings_controller import SettingsController
 
 if TYPE_CHECKING:
@@ -97,6 +98,7 @@ class MainWindow(QMainWindow):
                                          say=say, dialog_parent=self)
         self.help = HelpController(self.client, self.notices, say=say, clear_said=self.statusBar().clearMessage,
                                    dialog_parent=self)
+        self.local_server = ServerController(self.client, lambda: self.settings, dialog_parent=self)
         self.models = ModelLoading(self.client, banner=self.load_banner, model_label=self.model_label,
                                    stats=self.side_panel.stats, composer=self.composer, notices=self.notices,
                                    settings=lambda: self.settings, say=say, set_title=self.setWindowTitle,
@@ -234,7 +236,7 @@ class MainWindow(QMainWindow):
                 menu.addActions(list(group))
 
         fill("&File", (self.new_chat_action,), history and history.file_actions,
-             (self.open_target_action, self.open_draft_action), (self.settings_action,), (self.quit_action,))
+             (self.open_target_action, self.open_draft_action), (self.settings_action, *self.local_server.actions), (self.quit_action,))
         fill("&Chat", (self.stop_action, self.regenerate_action, self.copy_reply_action), (self.speculation_action,),
              history and history.chat_actions)
         fill("&View", (self.colours_action, self.side_panel_action), self.compare.actions)
@@ -401,6 +403,7 @@ class MainWindow(QMainWindow):
         self.chat.abandon()  # saved as stopped before the history lets go of the store
         if self.history is not None:
             self.history.shutdown()
+        self.local_server.stop()  # its requests run on the engine thread: stop them first
         self.client.shutdown()
         self.gpu_poller.stop()
         super().closeEvent(event)

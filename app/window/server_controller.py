@@ -1,0 +1,136 @@
+"""Local server from the window: ``tandem serve``'s API on a thread of its own, its
+requests run on the window's engine thread with the models the window loaded (one
+worker, never a second load), in turn with the chat's replies.
+
+Off at every start; the port is kept for the session. The dialog (``ServerDialog``)
+shows the address with a copy button and each request served while the window is open
+(speed, acceptance, prompt reuse, its tokens' kinds in the chat's colours).
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QWidget
+
+from app.errors import TandemError
+from app.server.errors import ApiError
+from app.server.worker import Job, JobRunner
+from app.ui.server_dialog import ServerDialog
+
+HOST = "127.0.0.1"  # the window serves this computer only: no API key to manage
+
+
+class WindowJobs(JobRunner):
+    """The API's jobs, each handed to the window's engine thread as it arrives."""
+
+    def __init__(self, client) -> None:
+        super().__init__()
+        self._client = client
+        self._pending: list[Job] = []
+
+    def submit(self, job: Job) -> None:
+        with self._lock:
+            self.number(job)
+            self._pending.append(job)
+        self._client.run_on_engine(lambda session: self._serve(session, job))
+
+    def _serve(self, session, job: Job) -> None:
+        with self._lock:
+            self._pending.remove(job)
+        if session is None:
+            job.push(ApiError(503, "The window has no model loaded.", code="model_not_loaded", kind="server_error"))
+            return
+        self.run(session, job)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._pending)
+
+    def cancel_all(self) -> None:
+        with self._lock:
+            jobs = [self._current, *self._pending]
+        for job in jobs:
+            if job is not None:
+                job.cancel.set()
+
+
+class ServerController(QObject):
+    served = Signal(dict)  # a request record, on the UI thread
+
+    def __init__(self, client, settings, *, dialog_parent: QWidget) -> None:
+        """``settings()``: the Settings in force (their sampling and speculation are the defaults)."""
+        super().__init__(dialog_parent)
+        self._client = client
+        self._settings = settings
+        self._dialog_parent = dialog_parent
+        self._jobs = WindowJobs(client)
+        self._jobs.listeners.append(self.served.emit)  # engine thread -> queued to this thread
+        self._server = None
+        self.url = ""
+        self.port = 8080
+        self.dialog: ServerDialog | None = None
+        self.action = QAction("&Local server…", dialog_parent)
+        self.action.setToolTip("Serve the loaded models through an OpenAI-compatible API on this computer")
+        self.action.triggered.connect(self.open_dialog)
+        self.actions = (self.action,)
+
+    def start(self, port: int) -> str:
+        from app.server.api import create_app
+        from app.server.listening import BackgroundServer
+        from app.server.requests import Defaults
+        from app.session.config import sampling_config, spec_config
+
+        settings = self._settings()
+        info = self._client.info
+        if info is None:
+            raise TandemError("Load a model first: the server uses the window's models.")
+        defaults = Defaults(sampling=sampling_config(settings), spec=spec_config(settings),
+                            max_tokens_limit=settings.n_ctx)
+        server = BackgroundServer(create_app(self._jobs, model_id=info.target_name, defaults=defaults, info=info),
+                                  self._jobs)
+        self.url = server.start(HOST, port)
+        self._server, self.port = server, port
+        return self.url
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server, self.url = None, ""
+
+    def open_dialog(self) -> ServerDialog:
+        dialog = ServerDialog(self._dialog_parent)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.port.setValue(self.port)
+        for record in self._jobs.recent:
+            dialog.add_request(record)
+        dialog.switched.connect(self._switch)
+        self.served.connect(dialog.add_request)
+        dialog.finished.connect(lambda _result: self._forget(dialog))
+        self.dialog = dialog
+        self._show(dialog)
+        dialog.open()
+        return dialog
+
+    def _switch(self, on: bool, port: int) -> None:
+        message = ""
+        try:
+            self.start(port) if on else self.stop()
+        except TandemError as exc:
+            message = str(exc)
+        if self.dialog is not None:
+            self._show(self.dialog, message)
+
+    def _show(self, dialog: ServerDialog, message: str = "") -> None:
+        if not message and self.url:
+            message = (f"Point an OpenAI-compatible tool at {self.url} (any API key). Requests wait their turn "
+                       "with the chat's replies.")
+        dialog.show_state(self.url, message)
+
+    def _forget(self, dialog: ServerDialog) -> None:
+        try:
+            self.served.disconnect(dialog.add_request)
+        except (RuntimeError, TypeError):
+            pass
+        if self.dialog is dialog:
+            self.dialog = None

@@ -1,0 +1,55 @@
+"""Local server from the window: requests served by the window's own engine thread with
+the models it loaded (one load), listed in the dialog as they are served."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+pytest.importorskip("PySide6")
+
+
+def test_the_window_serves_its_loaded_models_without_loading_again(qtbot, demo_models):
+    from openai import OpenAI
+    from PySide6.QtWidgets import QWidget
+
+    from app.bridge.models import load_llama_models
+    from app.bridge.worker import EngineClient
+    from app.session.config import ModelSpec
+    from app.storage.settings import Settings
+    from app.window.server_controller import ServerController
+
+    loads = []
+
+    def counting_loader(spec, progress):
+        loads.append(spec)
+        return load_llama_models(spec, progress)
+
+    client = EngineClient(counting_loader)
+    try:
+        with qtbot.waitSignal(client.loaded, timeout=300_000):
+            client.load(ModelSpec())
+        parent = QWidget()
+        qtbot.addWidget(parent)
+        controller = ServerController(client, lambda: Settings(), dialog_parent=parent)
+        dialog = controller.open_dialog()
+        assert not dialog.enabled.isChecked() and not dialog.copy_button.isEnabled()  # off by default
+        url = controller.start(0)
+        controller._show(dialog)
+        assert dialog.address.text() == url and dialog.copy_button.isEnabled()
+
+        answers = []
+        api = OpenAI(base_url=url, api_key="local", max_retries=0, timeout=600)
+        asking = threading.Thread(target=lambda: answers.append(api.chat.completions.create(
+            model="any", messages=[{"role": "user", "content": "Hi"}], max_tokens=3)))
+        asking.start()
+        qtbot.waitUntil(lambda: dialog.requests.topLevelItemCount() == 1, timeout=300_000)
+        asking.join(60)
+        assert answers and answers[0].model == client.info.target_name
+        assert dialog.requests.topLevelItem(0).text(1) == "chat"
+        assert len(loads) == 1  # the server used the window's models
+        controller.stop()
+        assert controller.url == ""
+    finally:
+        client.shutdown()
