@@ -62,7 +62,7 @@ def launch(args: argparse.Namespace) -> int:
         return 1
     history = HistoryStore.open()  # never raises: a bad file is set aside, with a notice
     try:
-        window = MainWindow(load_settings(), overrides=settings_overrides(args), history_store=history)
+        window = MainWindow(load_settings(), overrides=settings_overrides(args), history_store=history, first_run=True)
         window.show()
         return run_app(app)
     finally:

@@ -55,6 +55,8 @@ class ChatController(QObject):
         self._settings = settings
         self._say = say
         self._replies: dict[int, ChatMessage] = {}  # request id -> the reply it fills
+        # What the next reply is asked with; the chat's preset replaces it (preset_controller).
+        self.system_prompt: Callable[[], str] = lambda: self._settings().system_prompt
         self._live_stats: dict[int, Stats] = {}     # request id -> its latest live snapshot
         client.tokens.connect(self._on_tokens)
         client.finished.connect(self._on_finished)
@@ -133,7 +135,7 @@ class ChatController(QObject):
         settings = self._settings()
         reply = self.chat_view.add_reply()
         reply.request_id = self.client.generate(
-            history, system_prompt=settings.system_prompt, sampling=self.sampling_config(),
+            history, system_prompt=self.system_prompt(), sampling=self.sampling_config(),
             spec=self.spec_config(), max_tokens=settings.max_tokens)
         self._replies[reply.request_id] = reply
         self.reply_started.emit(reply)

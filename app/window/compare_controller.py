@@ -133,7 +133,7 @@ class CompareController(QObject):
         """The turn as the chat would send it now (``recorded``: at the reply's start)."""
         settings = self._settings()
         return TurnRecord(history=tuple(self.chat_view.history(upto=reply)),
-                          system_prompt=settings.system_prompt, sampling=self.chat.sampling_config(),
+                          system_prompt=self.chat.system_prompt(), sampling=self.chat.sampling_config(),
                           max_tokens=settings.max_tokens, models=self.client.spec, recorded=recorded)
 
     # --- Compare ----------------------------------------------------------------------------

@@ -23,7 +23,7 @@ import logging
 from pathlib import Path
 from typing import Any, Callable
 
-from PySide6.QtCore import QObject, Qt, QTimer
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QProgressBar, QWidget
 
@@ -62,6 +62,8 @@ log = logging.getLogger(__name__)
 class HistoryController(QObject):
     """Records the chat in ``store`` and drives the conversation sidebar."""
 
+    conversation_shown = Signal()  # a stored conversation is on screen (opened, or another branch)
+
     def __init__(self, store: HistoryStore, *, chat: ChatController, chat_view: ChatView, stats: StatsPanel,
                  notices: NoticeArea, sidebar: ConversationSidebar, import_bar: QProgressBar,
                  reply_meta: Callable[[], dict[str, Any]], say: Callable[[str, int], None],
@@ -80,6 +82,7 @@ class HistoryController(QObject):
         self.current_id: int | None = None
         self._stored_ids: dict[ChatMessage, int] = {}   # messages on screen -> their rows
         self._writers: dict[ChatMessage, ReplyWriter] = {}
+        self._alternative_of: int | None = None  # Regenerate: the next reply is a version of this one
         self.files = HistoryFiles(self._calls, current=lambda: self.current_id, flush=self._flush_writers,
                                   imported=self._imported, notices=notices, import_bar=import_bar, say=say,
                                   dialog_parent=dialog_parent)
@@ -222,6 +225,7 @@ class HistoryController(QObject):
             self._update_actions()
             return False
         self.current_id = conversation_id
+        self.conversation_shown.emit()
         hidden = summary.message_count - len(messages)
         if hidden > 0:
             self.notices.show_notice(
@@ -251,6 +255,31 @@ class HistoryController(QObject):
             self._stored_ids[message] = stored.id
         if last_stats is not None:
             self.stats.show_stats(last_stats, live=False)
+
+    # --- for the branches (app/window/branch_controller.py) ------------------------------
+
+    def stored_id(self, message: ChatMessage) -> int | None:
+        return self._stored_ids.get(message)
+
+    def remember(self, message: ChatMessage, stored_id: int) -> None:
+        self._stored_ids[message] = stored_id
+
+    def forget(self, messages: list[ChatMessage]) -> None:
+        """Messages taken off the screen (an edit): their rows stay, on their branch."""
+        for message in messages:
+            self._stored_ids.pop(message, None)
+            self._writers.pop(message, None)
+
+    def reopen(self) -> bool:
+        """Show the open conversation again (its shown branch changed)."""
+        conversation_id, self.current_id = self.current_id, None
+        return conversation_id is not None and self.open_conversation(conversation_id)
+
+    def call(self, operation: Callable[[], Any], default: Any = None) -> Any:
+        return self._call(operation, default)
+
+    def read(self, operation: Callable[[], Any], default: Any = None) -> Any:
+        return self._read(operation, default)
 
     def rename(self, conversation_id: int, title: str) -> None:
         if self.store is not None:
@@ -316,7 +345,11 @@ class HistoryController(QObject):
         if self.store is None or self.current_id is None:
             return
         meta = self._reply_meta()
-        writer = self._call(lambda: self.store.begin_reply(self.current_id, meta), default=None)
+        alternative, self._alternative_of = self._alternative_of, None
+        if alternative is not None:  # Regenerate: a sibling of the earlier reply, which stays
+            writer = self._call(lambda: self.store.begin_alternative(alternative, meta), default=None)
+        else:
+            writer = self._call(lambda: self.store.begin_reply(self.current_id, meta), default=None)
         if writer is None:
             return
         self._writers[reply] = writer
@@ -342,11 +375,11 @@ class HistoryController(QObject):
         self._schedule_refresh()
 
     def _on_reply_removed(self, reply: ChatMessage) -> None:
-        """Regenerate: the old reply goes from the store too."""
+        """Regenerate: the old reply leaves the screen but stays in the store, and the new
+        one is written as another version of it (‹ 1/2 ›)."""
         stored_id = self._stored_ids.pop(reply, None)
         self._writers.pop(reply, None)
-        if stored_id is not None and self.store is not None:
-            self._call(lambda: self.store.delete_message_and_after(stored_id))
+        self._alternative_of = stored_id
 
     # --- internals ----------------------------------------------------------------------
 

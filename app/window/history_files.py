@@ -123,10 +123,14 @@ class HistoryFiles(QObject):
             return None
         self._flush()  # a reply still streaming goes out as far as it got
         conversation = self.calls.read(lambda: store.conversation(current))
-        messages = self.calls.read(lambda: store.messages(current), default=None)
+        # Markdown: the branch shown; JSON: every branch, and which one is shown.
+        markdown = fmt == "markdown"
+        messages = self.calls.read(lambda: store.messages(current) if markdown else store.all_messages(current),
+                                   default=None)
+        leaf = None if markdown else self.calls.read(lambda: store.current_leaf(current))
         if conversation is None or messages is None:
             return None
-        text = (to_markdown if fmt == "markdown" else to_json)(conversation, messages)
+        text = to_markdown(conversation, messages) if markdown else to_json(conversation, messages, leaf)
         try:
             atomic_write_text(path, text)
         except OSError as exc:

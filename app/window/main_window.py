@@ -54,6 +54,8 @@ from app.window.help_controller import HelpController
 from app.window.history_controller import HistoryController
 from app.window.model_loading import APP_NAME, ModelLoading
 from app.window.server_controller import ServerController
+from app.window.first_run_controller import needs_first_run
+from app.window.steering import install_steering
 from app.window.settings_controller import SettingsController
 
 if TYPE_CHECKING:
@@ -71,7 +73,10 @@ class MainWindow(QMainWindow):
 
     def __init__(self, loaded: LoadedSettings | None = None, *, client: EngineClient | None = None,
                  gpu_poller: GpuPoller | None = None, overrides: dict | None = None,
-                 history_store: HistoryStore | None = None, parent: QWidget | None = None) -> None:
+                 history_store: HistoryStore | None = None, first_run: bool = False,
+                 parent: QWidget | None = None) -> None:
+        """``first_run``: with no model chosen and no demo pair on disk, show the first-run
+        screen instead of fetching the demo (the app's start asks for it; tests do not)."""
         super().__init__(parent)
         loaded = loaded or load_settings()
         self.client = client or EngineClient(parent=self)
@@ -104,13 +109,16 @@ class MainWindow(QMainWindow):
                                    settings=lambda: self.settings, say=say, set_title=self.setWindowTitle,
                                    open_settings=self.open_settings, parent=self)
         self.client.busy_changed.connect(self._on_busy_changed)
+        self.steering = install_steering(self, self.column_layout, self.toolbar)
         self._build_menus()
         self._restore_geometry()
 
         self.gpu_poller = gpu_poller or GpuPoller(parent=self)
         self.gpu_poller.status_changed.connect(self.side_panel.gpu.show_status)
         self.gpu_poller.start()
-        if not self.models.refuse_crashed_load():
+        if first_run and needs_first_run(self.settings):
+            self.steering.first_run.start()
+        elif not self.models.refuse_crashed_load():
             self.models.load(force=True)
         self.composer.focus()
 
@@ -167,7 +175,7 @@ class MainWindow(QMainWindow):
 
         column = QWidget(self)
         column.setObjectName("chatColumnOuter")
-        column_layout = QVBoxLayout(column)
+        self.column_layout = column_layout = QVBoxLayout(column)
         column_layout.setContentsMargins(12, 8, 8, 12)
         column_layout.setSpacing(8)
         column_layout.addWidget(self.notices)
@@ -188,7 +196,7 @@ class MainWindow(QMainWindow):
         self.splitter.setSizes([DEFAULT_SIZE[0] - SIDE_PANEL_WIDTH, SIDE_PANEL_WIDTH])
         self.setCentralWidget(self.splitter)
 
-        toolbar = QToolBar("Main", self)
+        self.toolbar = toolbar = QToolBar("Main", self)
         toolbar.setObjectName("mainToolbar")
         toolbar.setMovable(False)
         toolbar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
@@ -236,7 +244,8 @@ class MainWindow(QMainWindow):
                 menu.addActions(list(group))
 
         fill("&File", (self.new_chat_action,), history and history.file_actions,
-             (self.open_target_action, self.open_draft_action), (self.settings_action, *self.local_server.actions), (self.quit_action,))
+             (self.open_target_action, self.open_draft_action), self.steering.file_actions, (self.settings_action, *self.local_server.actions),
+             (self.quit_action,))
         fill("&Chat", (self.stop_action, self.regenerate_action, self.copy_reply_action), (self.speculation_action,),
              history and history.chat_actions)
         fill("&View", (self.colours_action, self.side_panel_action), self.compare.actions)
@@ -401,6 +410,7 @@ class MainWindow(QMainWindow):
         geometry = bytes(self.saveGeometry().toBase64()).decode("ascii")
         self.prefs.save({"window_geometry": geometry})
         self.chat.abandon()  # saved as stopped before the history lets go of the store
+        self.steering.shutdown()
         if self.history is not None:
             self.history.shutdown()
         self.local_server.stop()  # its requests run on the engine thread: stop them first

@@ -1,0 +1,104 @@
+"""The first start: instead of downloading the demo pair unasked, the window shows the
+first-run screen (``app.ui.first_run``) in place of the chat until models are chosen.
+
+The demo pair loads through the usual path (which fetches it); offline, its failure is
+said on the screen with what to do instead (a downloaded wheel, a GGUF file, a scan).
+A target file chosen here is applied and the library opens on it to find a draft.
+The screen goes as soon as a pair has loaded.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+from PySide6.QtCore import QObject
+from PySide6.QtWidgets import QBoxLayout, QWidget
+
+from app.bridge.worker import EngineClient
+from app.models.demo import DOWNLOAD_BYTES
+from app.storage.settings import Settings
+from app.ui.first_run import FirstRunScreen, megabytes
+from app.ui.notices import NoticeArea
+from app.window.model_loading import LOAD_NOTICE_KEY
+
+WHEEL_VARIABLE = "TANDEM_DEMO_WHEEL"  # where app.models.demo looks for a downloaded wheel
+
+
+def needs_first_run(settings: Settings) -> bool:
+    """No model chosen and no demo pair on disk: ask before fetching anything."""
+    from app.models.demo import is_provisioned
+
+    return not settings.target_path and not is_provisioned()
+
+
+class FirstRunController(QObject):
+    def __init__(self, client: EngineClient, *, notices: NoticeArea, layout: QBoxLayout, hidden: list[QWidget],
+                 settings: Callable[[], Settings], apply: Callable[[Settings], None], load: Callable[[], None],
+                 open_library: Callable[[str | None], object], parent: QWidget) -> None:
+        """The screen goes into ``layout`` where the first of ``hidden`` (the chat view,
+        the composer) is; those come back when a pair has loaded."""
+        super().__init__(parent)
+        self.client = client
+        self.notices = notices
+        self._layout = layout
+        self._hidden = hidden
+        self._settings = settings
+        self._apply = apply
+        self._load = load
+        self._open_library = open_library
+        self._parent = parent
+        self.screen: FirstRunScreen | None = None
+        self._fetching_demo = False
+
+    @property
+    def showing(self) -> bool:
+        return self.screen is not None
+
+    def start(self) -> FirstRunScreen:
+        screen = FirstRunScreen(self._parent)
+        self._layout.insertWidget(self._layout.indexOf(self._hidden[0]), screen, 1)
+        for widget in self._hidden:
+            widget.hide()
+        screen.demo_requested.connect(self.use_demo)
+        screen.demo_wheel_chosen.connect(self.use_wheel)
+        screen.target_chosen.connect(self.use_target)
+        screen.scan_requested.connect(lambda: self._open_library(None))
+        self.client.loaded.connect(self._loaded)
+        self.client.load_failed.connect(self._load_failed)
+        self.screen = screen
+        return screen
+
+    def use_demo(self) -> None:
+        if self.screen is None:
+            return
+        self._fetching_demo = True
+        self.screen.demo_button.setEnabled(False)
+        self.screen.show_status(f"Fetching the demo pair ({megabytes(DOWNLOAD_BYTES)} download)…")
+        self._load()
+
+    def use_wheel(self, path: str) -> None:
+        os.environ[WHEEL_VARIABLE] = path  # read by the demo's provisioning on the engine thread
+        self.use_demo()
+
+    def use_target(self, path: str) -> None:
+        self._apply(self._settings().replace(target_path=path))  # a load follows
+        self._open_library(path)
+
+    def _loaded(self, _info) -> None:
+        if self.screen is None:
+            return
+        screen, self.screen = self.screen, None
+        self._layout.removeWidget(screen)
+        screen.deleteLater()
+        for widget in self._hidden:
+            widget.show()
+        self.client.loaded.disconnect(self._loaded)
+        self.client.load_failed.disconnect(self._load_failed)
+
+    def _load_failed(self, message: str) -> None:
+        if self.screen is not None and self._fetching_demo:
+            # Said on the screen, with what to do in the window (not an environment variable).
+            self._fetching_demo = False
+            self.notices.clear(LOAD_NOTICE_KEY)
+            self.screen.show_demo_failed(message.split(" (offline?")[0].rstrip("."))

@@ -1,0 +1,228 @@
+"""The model library in the window: File → Model library…, File → Recent pairs.
+
+The scan and the draft finder (``app.library``, no Qt) run on a plain thread each and
+answer through queued signals, so a scan of a large folder never freezes the window;
+the dialog only displays and emits. Choosing a pair applies it to the settings (a
+reload follows), remembers it among the recent pairs, and offers "Check speculation"
+(the self-test), run once the pair has loaded.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable
+
+from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QMenu, QWidget
+
+from app.bridge.worker import EngineClient
+from app.engine.gguf_meta import shown_name
+from app.library.drafts import find_drafts
+from app.library.entries import read_entry
+from app.library.locations import FOLDER
+from app.library.scan import ScanResult, library_locations, scan_library
+from app.storage.settings import MAX_FOLDERS, Settings, with_recent_pair
+from app.ui.library_dialog import LibraryDialog
+
+log = logging.getLogger(__name__)
+
+
+class _Job(QObject):
+    """One call on a plain thread; ``done`` carries its result (or the one-line error)."""
+
+    progressed = Signal(int, int, str)
+    done = Signal(object)
+
+    def __init__(self, work: Callable[["_Job"], object], parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.cancel = threading.Event()
+        self._work = work
+        self._thread = threading.Thread(target=self._run, name="tandem-library", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def wait(self, seconds: float) -> bool:
+        self._thread.join(seconds)
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        try:
+            result = self._work(self)
+        except Exception as exc:  # noqa: BLE001 — one line for the window, the rest in the log
+            log.exception("model library job failed")
+            result = f"The model library could not finish: {exc}"
+        self.done.emit(result)
+
+
+class LibraryController(QObject):
+    pair_set = Signal(str, str)  # target, draft: applied to the settings
+
+    def __init__(self, client: EngineClient, *, settings: Callable[[], Settings],
+                 apply: Callable[[Settings], None], check_speculation: Callable[[], None],
+                 say: Callable[[str, int], None], dialog_parent: QWidget) -> None:
+        super().__init__(dialog_parent)
+        self.client = client
+        self._settings = settings
+        self._apply = apply
+        self._check_speculation = check_speculation
+        self._say = say
+        self._dialog_parent = dialog_parent
+        self.dialog: LibraryDialog | None = None
+        self.result: ScanResult | None = None
+        self._scan: _Job | None = None
+        self._drafts: _Job | None = None
+        self._extra_paths: list[str] = []  # files chosen by hand, perhaps outside every scanned place
+        self._pending_target: str | None = None
+        self.library_action = QAction("Model &library…", self)
+        self.library_action.setShortcut("Ctrl+L")
+        self.library_action.setToolTip("The GGUF files on this computer, and drafts for a target (Ctrl+L)")
+        self.library_action.triggered.connect(lambda: self.open())
+        self.recent_menu = QMenu("Recent &pairs", dialog_parent)
+        self.recent_menu.aboutToShow.connect(self._fill_recent)
+        self.actions = (self.library_action, self.recent_menu.menuAction())
+
+    # --- the dialog -----------------------------------------------------------------------
+
+    def open(self, target: str | None = None) -> LibraryDialog:
+        """Show the library (scanning what changed since the last scan); with ``target``,
+        that file is chosen as the target, and its drafts are looked for."""
+        if self.dialog is None:
+            dialog = LibraryDialog(self._dialog_parent)
+            dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+            dialog.scan_requested.connect(self.scan)
+            dialog.cancel_requested.connect(self._cancel_scan)
+            dialog.folder_added.connect(self.add_folder)
+            dialog.target_selected.connect(self.find_drafts)
+            dialog.pair_chosen.connect(self.use_pair)
+            dialog.check_requested.connect(self.check_pair)
+            dialog.finished.connect(lambda _result: self._forget(dialog))
+            self.dialog = dialog
+        if target and target not in self._extra_paths:
+            self._extra_paths.append(target)
+        self._pending_target = target
+        self.dialog.open()
+        self.scan()
+        return self.dialog
+
+    def scan(self) -> None:
+        if self._scan is not None:
+            return
+        folders, extra = list(self._settings().library_folders), list(self._extra_paths)
+
+        def work(job: _Job) -> ScanResult:
+            result = scan_library(library_locations(folders), progress=job.progressed.emit, cancel=job.cancel)
+            known = {e.path for e in result.entries}
+            chosen = [read_entry(Path(p), shown_name(p), FOLDER) for p in extra if p not in known]
+            return replace(result, entries=result.entries + chosen)
+
+        self._scan = job = _Job(work, self)
+        job.progressed.connect(self._show_progress)
+        job.done.connect(self._scanned)
+        if self.dialog is not None:
+            self.dialog.show_scanning()
+        job.start()
+
+    def add_folder(self, folder: str) -> None:
+        settings = self._settings()
+        if folder not in settings.library_folders and len(settings.library_folders) < MAX_FOLDERS:
+            self._apply(settings.replace(library_folders=settings.library_folders + (folder,)))
+        self._restart_scan()
+
+    def find_drafts(self, target_path: str) -> None:
+        result = self.result
+        if result is None:
+            return
+        entries = result.entries
+        target = next((e for e in entries if e.path == target_path), None)
+        if target is None:
+            return
+        if self._drafts is not None:
+            self._drafts.cancel.set()  # its answer is for a target no longer chosen; the dialog drops it
+        self._drafts = job = _Job(lambda job: (target_path, find_drafts(target, entries)), self)
+        job.done.connect(self._drafts_found)
+        job.start()
+
+    def use_pair(self, target: str, draft: str) -> None:
+        """One click: the pair in the settings (a reload follows), remembered among the recent."""
+        settings = self._settings().replace(target_path=target, draft_path=draft, drafter="model")
+        self._apply(with_recent_pair(settings, target, draft))
+        self._say(f"Loading {shown_name(target)} with the draft {shown_name(draft)}", 5000)
+        self.pair_set.emit(target, draft)
+        if self.dialog is not None:
+            self.dialog.offer_check(target, draft)
+
+    def check_pair(self, target: str, draft: str) -> None:
+        """The self-test on the pair, once it has loaded."""
+        if self.client.loading:
+            self._say("Check speculation runs when the pair has loaded…", 0)
+            self.client.loaded.connect(lambda _info: self._check_speculation(),
+                                       Qt.ConnectionType.SingleShotConnection)
+        else:
+            self._check_speculation()
+
+    def shutdown(self) -> None:
+        for job in (self._scan, self._drafts):
+            if job is not None:
+                job.cancel.set()
+                job.wait(2.0)
+
+    # --- recent pairs ---------------------------------------------------------------------
+
+    def _fill_recent(self) -> None:
+        self.recent_menu.clear()
+        pairs = self._settings().recent_pairs
+        if not pairs:
+            self.recent_menu.addAction("No pairs yet").setEnabled(False)
+        for target, draft in pairs:
+            action = self.recent_menu.addAction(f"{shown_name(target)}  +  {shown_name(draft)}")
+            action.setToolTip(f"{target}\n{draft}")
+            action.triggered.connect(lambda _checked=False, t=target, d=draft: self.use_pair(t, d))
+
+    # --- answers --------------------------------------------------------------------------
+
+    def _show_progress(self, done: int, total: int, name: str) -> None:
+        if self.dialog is not None:
+            self.dialog.show_progress(done, total, name)
+
+    def _scanned(self, result: ScanResult | str) -> None:
+        self._scan = None
+        if isinstance(result, str):
+            self._say(result, 8000)
+            return
+        self.result = result
+        if self.dialog is not None:
+            self.dialog.show_result(result)
+            if self._pending_target:
+                self.dialog.select_target(self._pending_target)
+                self._pending_target = None
+
+    def _drafts_found(self, answer: tuple | str) -> None:
+        if isinstance(answer, str):
+            self._say(answer, 8000)
+            return
+        target_path, candidates = answer
+        if self.dialog is not None:
+            self.dialog.show_drafts(target_path, candidates)
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _cancel_scan(self) -> None:
+        if self._scan is not None:
+            self._scan.cancel.set()
+
+    def _restart_scan(self) -> None:
+        if self._scan is not None:
+            self._scan.cancel.set()
+            self._scan.done.connect(lambda _result: self.scan(), Qt.ConnectionType.SingleShotConnection)
+        else:
+            self.scan()
+
+    def _forget(self, dialog: LibraryDialog) -> None:
+        if self.dialog is dialog:
+            self.dialog = None
+        self._cancel_scan()

