@@ -13,6 +13,7 @@ widgets and services it works with (never the window) and makes its own actions:
 - ``settings_controller``: the settings in force and on disk, the settings dialog;
 - ``model_loading``: the load banner, the model line, the crash-loop guard;
 - ``help_controller``: Check speculation, the log folder, About.
+- ``server_controller``: File → Local server…, the API served with the window's models.
 
 See docs/ARCHITECTURE.md, "The window".
 """
