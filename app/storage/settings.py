@@ -236,6 +236,10 @@ class Settings:
     # Window
     show_colours: bool = option(True, "Colour tokens by what happened to them.", _flag)
     window_geometry: str = option("", "Saved window geometry (base64); kept by the window.", _text)
+    text_zoom: float = option(1.0, "Reading-text size in the chat (Ctrl+= / Ctrl+- / Ctrl+0); kept by the window.",
+                              _number(0.5, 3.0))
+    side_panel_visible: bool = option(True, "Show the side panel (F9); kept by the window.", _flag)
+    splitter_state: str = option("", "Saved widths of the window's panes (base64); kept by the window.", _text)
 
     def __post_init__(self) -> None:
         for spec in dataclasses.fields(self):
