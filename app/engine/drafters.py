@@ -186,10 +186,12 @@ class LookupDrafter:
         return self.copy(context, n_max, sampling)
 
     def copy(self, context: Sequence[int], n_max: int, sampling: SamplingConfig,
-             sources: CopySources | None = None, own: bool = True) -> Draft:
+             sources: CopySources | None = None, own: bool = True, stretch_to: int = 0) -> Draft:
         """What followed the latest earlier match of the context's last tokens: in the
         context itself (``own``) or in ``sources``, whichever match reaches further back
-        (a tie goes to the context, the conversation at hand)."""
+        (a tie goes to the context, the conversation at hand). With ``stretch_to``, a
+        match reaching far back copies further than ``n_max``: half its reach, up to
+        ``stretch_to`` (SuffixDecoding's rule: a long match is likely to go on)."""
         started = time.perf_counter()
         found: tuple[Sequence[int], int] | None = None
         if own:
@@ -199,11 +201,14 @@ class LookupDrafter:
                 if start is not None:
                     found = (context, start)
                     break
+        reach = _reach(*found, context) if found else 0
         if sources is not None:
             elsewhere = sources.find(context)
-            if elsewhere is not None and (found is None or _reach(*elsewhere, context) > _reach(*found, context)):
-                found = elsewhere
-        return self._draft(self._copy(*found, n_max) if found else [], sampling, started)
+            if elsewhere is not None and (further := _reach(*elsewhere, context)) > reach:
+                found, reach = elsewhere, further
+        if not found:
+            return self._draft([], sampling, started)
+        return self._draft(self._copy(*found, max(n_max, min(stretch_to, reach // 2))), sampling, started)
 
     def _draft(self, tokens: list[int], sampling: SamplingConfig, started: float) -> Draft:
         draft = Draft(tokens=tokens, probs=[1.0] * len(tokens))

@@ -14,7 +14,9 @@ occurred earlier, what followed them there is the round's guess instead of the
 draft model's. It is verified like any draft (greedy or by the rejection rule,
 with a one-hot q), so it stays lossless; it costs no draft steps, and the draft
 model catches up on the accepted part in one batch at its next proposal. Since it
-costs no draft steps, it is tried even in a round the policy plans as a plain step.
+costs no draft steps, it is tried even in a round the policy plans as a plain step,
+and with ``draft_max="auto"`` a match that reaches far back copies further than the
+round's plan (half the match's length, up to ``COPY_MOST``); a fixed length is kept.
 ``generate(copy_sources=...)`` adds what the user already has to copy from (the reply
 a regeneration replaces, other chats: ``drafters.CopySources``), judged the same way.
 
@@ -58,6 +60,7 @@ from app.engine.types import (SPECULATION_OFF, DrafterKind, SamplingConfig, Spec
 
 
 COPY_WHEN_PLAIN = 8  # tokens a copy may take in a round the policy plans as a plain step
+COPY_MOST = 16       # with auto, a match reaching 2n tokens back may copy n, up to this
 
 
 class Generation:
@@ -156,7 +159,8 @@ class SpeculativeEngine:
                     # would decode plainly (its draft model does not pay there).
                     copy_length = plan.length or min(COPY_WHEN_PLAIN, room - 1)
                     if copy_length >= spec.draft_min:
-                        draft = self._copy(committed, copy_length, sampling, spec.copy_min, sources)
+                        draft = self._copy(committed, copy_length, sampling, spec.copy_min, sources,
+                                           room - 1, spec.draft_max == "auto")
                         copied = len(draft) > 0
                         if not copied and plan.length >= spec.draft_min:
                             draft = self.drafter.propose(committed, plan.length, sampling, rng,
@@ -221,16 +225,18 @@ class SpeculativeEngine:
                 stats.draft_seconds = self.drafter.seconds - draft_seconds0
 
     def _copy(self, committed: list[int], k: int, sampling: SamplingConfig, copy_min: int,
-              sources: CopySources | None) -> Draft:
+              sources: CopySources | None, k_room: int, stretch: bool) -> Draft:
         """What followed the latest earlier occurrence of the last ``copy_min`` tokens, in
         the context (when the drafter is a model: prompt lookup copies by itself) or in
-        the reply's copy sources."""
+        the reply's copy sources: ``k`` tokens, or with ``stretch`` up to ``k_room`` when
+        the match reaches far back."""
         own = self.drafter.kind is not DrafterKind.LOOKUP
         if not copy_min or not (own or sources is not None):
             return Draft()
         if self._copier is None or self._copier.ngram_min != copy_min:
             self._copier = LookupDrafter(self.target.n_vocab, copy_min, copy_min, self.target.eog_ids)
-        return self._copier.copy(committed, k, sampling, sources, own=own)
+        return self._copier.copy(committed, k, sampling, sources, own=own,
+                                 stretch_to=min(COPY_MOST, k_room) if stretch else 0)
 
     def _prefill(self, committed: list[int], stats: Stats) -> None:
         """Bring both caches to the prompt minus its last token, reusing any common prefix."""
