@@ -5,6 +5,7 @@ a user folder with a split model and hostile files; then the draft finder's rank
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 from pathlib import Path
@@ -195,3 +196,25 @@ def test_a_file_that_is_gone_says_so(tmp_path):
 
     entry = read_entry(tmp_path / "gone.gguf", "gone.gguf", FOLDER)
     assert not entry.usable and "does not exist" in entry.refused
+
+
+def test_odd_directory_entries_are_passed_over(tmp_path):
+    """A FIFO named like a model (reading it would block), a link to a device, a dangling
+    link and an unreadable folder: none stops or hangs the scan."""
+    folder = tmp_path / "odd"
+    good = model(folder / "good.gguf")
+    os.mkfifo(folder / "fifo.gguf")
+    (folder / "zero.gguf").symlink_to("/dev/zero")
+    (folder / "dangling.gguf").symlink_to(folder / "nowhere.gguf")
+    locked = folder / "locked"
+    locked.mkdir()
+    model(locked / "hidden.gguf")
+    locked.chmod(0)
+    try:
+        result = scan_library([Location(FOLDER, folder)], use_cache=False)
+    finally:
+        locked.chmod(0o755)
+    names = [e.name for e in result.entries]
+    assert "good.gguf" in names and "fifo.gguf" not in names and "zero.gguf" not in names
+    assert "dangling.gguf" not in names
+    assert by_name(result, "good.gguf").path == str(good)
