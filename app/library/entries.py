@@ -146,7 +146,8 @@ def read_entry(path: Path, name: str, source: str) -> LibraryEntry:
     except (OSError, ValueError, MemoryError) as exc:  # the validator's words cover GGUF; this is the rest
         return LibraryEntry(**base, refused=f"{shown_name(path)}: cannot be read ({exc})")
     notes = (f"split in {len(parts)} parts",) if len(parts) > 1 else ()
-    return LibraryEntry(**{**base, "quantisation": meta.file_type_name or base["quantisation"]},
+    quantisation = (meta.file_type_name or "").removeprefix("ALL_")  # llama.cpp names F32 files ALL_F32
+    return LibraryEntry(**{**base, "quantisation": quantisation or base["quantisation"]},
                         architecture=meta.architecture, model_name=meta.name, n_parameters=n_parameters,
                         context_length=meta.context_length, vocabulary=vocabulary_of(meta), notes=notes)
 

@@ -218,3 +218,11 @@ def test_odd_directory_entries_are_passed_over(tmp_path):
     assert "good.gguf" in names and "fifo.gguf" not in names and "zero.gguf" not in names
     assert "dangling.gguf" not in names
     assert by_name(result, "good.gguf").path == str(good)
+
+
+def test_the_header_names_the_quantisation_when_it_can(tmp_path):
+    from app.library.entries import read_entry
+
+    f32 = read_entry(model(tmp_path / "a.gguf", file_type=0), "a.gguf", FOLDER)
+    q4 = read_entry(model(tmp_path / "named-Q8_0.gguf", file_type=3), "named-Q8_0.gguf", FOLDER)
+    assert (f32.quantisation, q4.quantisation) == ("F32", "Q4_1")  # the header wins over the name
