@@ -21,7 +21,7 @@ from app.library.entries import LibraryEntry, parameters_shown, size_shown
 from app.library.scan import ScanResult
 
 MODEL_COLUMNS = ("Model", "Source", "Architecture", "Parameters", "Quantisation", "Size", "Context", "Status")
-DRAFT_COLUMNS = ("Draft", "Verdict", "Why", "Size")
+DRAFT_COLUMNS = ("Draft", "Verdict", "Size", "Smaller by", "Why")  # the reason last: it gets the room
 _PATH_ROLE = Qt.ItemDataRole.UserRole
 _REFUSED = QBrush(QColor("#8c959f"))
 
@@ -156,10 +156,11 @@ class LibraryDialog(QDialog):
             f"Drafts for {name}: {len(compatible)} compatible" + ("" if compatible else
             " — none of the models found shares its vocabulary; download a smaller model of the same family."))
         for candidate in candidates:
+            ratio = f"{candidate.size_ratio:.1f}×" if candidate.size_ratio > 0 else "—"
             item = QTreeWidgetItem([candidate.entry.name, "compatible" if candidate.compatible else "incompatible",
-                                    candidate.reason, size_shown(candidate.entry.size)])
+                                    size_shown(candidate.entry.size), ratio, candidate.reason])
             item.setData(0, _PATH_ROLE, candidate.entry.path)
-            item.setToolTip(2, candidate.reason)
+            item.setToolTip(4, candidate.reason)
             if not candidate.compatible:
                 item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsSelectable)
                 for column in range(len(DRAFT_COLUMNS)):
@@ -167,7 +168,8 @@ class LibraryDialog(QDialog):
             self.drafts.addTopLevelItem(item)
         if compatible:
             self.drafts.topLevelItem(0).setSelected(True)  # the best one, ready for one click
-        self.drafts.resizeColumnToContents(0)
+        for column in range(len(DRAFT_COLUMNS) - 1):
+            self.drafts.resizeColumnToContents(column)
         self._update_buttons()
 
     def offer_check(self, target: str, draft: str) -> None:
