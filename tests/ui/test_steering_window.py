@@ -153,3 +153,38 @@ def test_the_file_menu_has_the_library_and_recent_pairs(open_window):
     file_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&File")
     texts = [a.text() for a in file_menu.actions()]
     assert "Model &library…" in texts and "Recent &pairs" in texts
+
+
+def test_a_first_start_offers_the_models_already_here_and_a_draft_in_one_click(open_window, qtbot, tmp_path,
+                                                                                monkeypatch):
+    """The issue's "done when": LM Studio's, Ollama's and the hub cache's models offered on a
+    first start, and for a chosen target a compatible draft set in one click."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "library"))
+    from library_tree import build_home
+
+    home = build_home(tmp_path)
+    monkeypatch.setenv("HOME", str(home))
+    for name in ("OLLAMA_MODELS", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    window, _, loader = open_window(first_run=True, settings=Settings())
+    screen = window.steering.first_run.screen
+    qtbot.mouseClick(screen.scan_button, Qt.MouseButton.LeftButton)
+    library = window.steering.library
+    qtbot.waitUntil(lambda: library.result is not None, timeout=REPLY_TIMEOUT_MS)
+    dialog = library.dialog
+    sources = {e.source for e in library.result.usable}
+    assert sources == {"LM Studio", "Ollama", "Hugging Face"}
+    target = next(e for e in library.result.entries if e.name == "bigco/Big-7B-GGUF/Big-7B-Q8_0.gguf")
+    dialog.select_target(target.path)
+    qtbot.waitUntil(lambda: dialog.drafts.topLevelItemCount() > 0, timeout=REPLY_TIMEOUT_MS)
+    assert loader.specs == []  # nothing loaded before the pair is chosen
+    with qtbot.waitSignal(window.client.loaded, timeout=REPLY_TIMEOUT_MS):
+        qtbot.mouseClick(dialog.use_button, Qt.MouseButton.LeftButton)  # the one click
+    tiny = next(e for e in library.result.entries if e.name == "tiny:latest")
+    assert (window.settings.target_path, window.settings.draft_path) == (target.path, tiny.path)
+    assert (loader.specs[-1].target_path, loader.specs[-1].draft_path) == (target.path, tiny.path)
+    qtbot.waitUntil(lambda: window.steering.first_run.screen is None, timeout=1000)
+    assert window.chat_view.isVisible() and not dialog.check_button.isHidden()
