@@ -47,6 +47,7 @@ QLabel#codeLanguage { color: palette(placeholder-text); font-size: 8pt; }
 class ChatView(QScrollArea):
     style_changed = Signal(object)  # TokenStyle: colours switched or the theme changed
     zoom_changed = Signal(float)    # the reading-text scale
+    replies_changed = Signal()      # a reply finished, came or went: totals over the chat may differ
 
     def __init__(self, parent: QWidget | None = None, *, show_colours: bool = True,
                  markdown: bool = True, zoom: float = 1.0) -> None:
@@ -100,6 +101,7 @@ class ChatView(QScrollArea):
         message = self._add(ChatMessage(ASSISTANT, self.token_style, self._reply_actions,
                                         markdown=self._markdown, text_scale=self._zoom))
         message.link_clicked.connect(self.open_link)
+        message.finished.connect(self.replies_changed)
         events = list(events)
         if events:
             message.append_events(events)
@@ -115,6 +117,14 @@ class ChatView(QScrollArea):
         self._layout.removeWidget(message)
         message.deleteLater()
         self.empty_label.setVisible(not self._messages)
+        if message.role == ASSISTANT:
+            self.replies_changed.emit()
+
+    def time_saved_total(self) -> tuple[float | None, int]:
+        """Seconds speculation saved over the chat's replies that have the figure, and how many do."""
+        saved = [m.stats.seconds_saved for m in self._messages
+                 if m.role == ASSISTANT and m.stats is not None and m.stats.seconds_saved is not None]
+        return (sum(saved) if saved else None), len(saved)
 
     def remove_from(self, message: ChatMessage) -> list[ChatMessage]:
         """Remove ``message`` and every message after it (an edit, a switch of branch);

@@ -47,6 +47,7 @@ class ChatMessage(QFrame):
     """A user message or an assistant reply. A reply keeps its tokens and its stats."""
 
     copied = Signal()
+    finished = Signal()  # finish() or fail(): the reply's stats are final
 
     link_clicked = Signal(str)  # a safe href in the formatted reply; the chat view asks first
     version_stepped = Signal(int)  # ‹ or ›: -1 or +1 among this message's versions
@@ -179,6 +180,7 @@ class ChatMessage(QFrame):
         if self.markdown_view is not None:
             self.markdown_view.finish()
         self._show_state()
+        self.finished.emit()
 
     def fail(self, message: str) -> None:
         self.error = message
@@ -187,6 +189,7 @@ class ChatMessage(QFrame):
         if self.markdown_view is not None:
             self.markdown_view.finish()
         self._show_state()
+        self.finished.emit()
 
     def restyle(self, style: TokenStyle) -> None:
         """Re-render with other colours (theme change, colours on/off); the text stays."""

@@ -8,7 +8,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFormLayout, QLabel, QVBoxLayout, QWidget
 
 from app.engine.types import DrafterKind, Stats
-from app.ui.stats_format import STOP_REASONS, percent
+from app.ui.stats_format import STOP_REASONS, percent, seconds, time_saved
 
 DASH = "—"
 
@@ -58,6 +58,10 @@ class StatsPanel(QWidget):
         self.drafted_label = _value_label(self, "draftedAccepted")
         self.tokens_label = _value_label(self, "tokens")
         self.state_label = _value_label(self, "replyState")
+        self.saved_label = _value_label(self, "timeSaved")
+        self.saved_label.setToolTip("What speculation saved against the target alone: the reply's tokens "
+                                    "at the measured cost of one plain target step, minus the time it took")
+        self.chat_saved_label = _value_label(self, "chatTimeSaved")
 
         models = QFormLayout()
         models.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
@@ -72,6 +76,8 @@ class StatsPanel(QWidget):
         figures.addRow("Accepted/drafted", self.drafted_label)
         figures.addRow("Tokens", self.tokens_label)
         figures.addRow("State", self.state_label)
+        figures.addRow("Time saved", self.saved_label)
+        figures.addRow("This chat", self.chat_saved_label)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -124,11 +130,20 @@ class StatsPanel(QWidget):
             for label in (self.acceptance_label, self.per_round_label, self.drafted_label):
                 label.setText("n/a (plain decoding)" if label is self.acceptance_label else DASH)
         self.tokens_label.setText(str(stats.tokens))
+        self.saved_label.setText(DASH if live else (time_saved(stats) or DASH))
         self.state_label.setText("generating…" if live else STOP_REASONS.get(stats.stop_reason, stats.stop_reason or DASH))
+
+    def show_chat_saved(self, saved: float | None, replies: int) -> None:
+        """The conversation's total time saved over its ``replies`` with a figure (None: none has one)."""
+        if saved is None or not replies:
+            self.chat_saved_label.setText(DASH)
+            return
+        word = "saved" if saved >= 0 else "lost"
+        self.chat_saved_label.setText(f"{seconds(abs(saved))} {word} over {replies} repl{'y' if replies == 1 else 'ies'}")
 
     def clear_stats(self) -> None:
         self.speed_label.setText(DASH)
         self.speed_caption.setText("tokens per second")
         for label in (self.acceptance_label, self.per_round_label, self.drafted_label,
-                      self.tokens_label, self.state_label):
+                      self.tokens_label, self.state_label, self.saved_label):
             label.setText(DASH)

@@ -97,6 +97,8 @@ class MainWindow(QMainWindow):
         self.chat = ChatController(self.client, self.chat_view, self.side_panel.stats, self.notices,
                                    settings=lambda: self.settings, say=say, parent=self)
         self.chat.conversation_cleared.connect(self.composer.focus)
+        self.chat_view.replies_changed.connect(
+            lambda: self.side_panel.stats.show_chat_saved(*self.chat_view.time_saved_total()))
         # Without a store (tests, the screenshot script) the window keeps nothing.
         self.history = self._build_history(history_store) if history_store is not None else None
         self.compare = CompareController(self.client, self.chat, self.chat_view, settings=lambda: self.settings,
@@ -163,11 +165,23 @@ class MainWindow(QMainWindow):
         self.colours_action.setChecked(self.settings.show_colours)
         self.side_panel_action = self._action("Show side &panel", "F9", self._toggle_side_panel, checkable=True)
         self.side_panel_action.setChecked(True)
+        # Reading comfort: the chat's text size, remembered (Ctrl+= and Ctrl++ alike).
+        self.zoom_in_action = self._action("Zoom &in", QKeySequence.StandardKey.ZoomIn, lambda: self.chat_view.zoom_in(),
+                                           tip="Larger chat text (Ctrl+=)")
+        self.zoom_in_action.setShortcuts([QKeySequence("Ctrl+="), QKeySequence("Ctrl++"),
+                                          *QKeySequence.keyBindings(QKeySequence.StandardKey.ZoomIn)])
+        self.zoom_out_action = self._action("Zoom &out", QKeySequence.StandardKey.ZoomOut,
+                                            lambda: self.chat_view.zoom_out(), tip="Smaller chat text (Ctrl+-)")
+        self.zoom_out_action.setShortcuts([QKeySequence("Ctrl+-"),
+                                           *QKeySequence.keyBindings(QKeySequence.StandardKey.ZoomOut)])
+        self.zoom_reset_action = self._action("&Actual size", "Ctrl+0", lambda: self.chat_view.reset_zoom(),
+                                              tip="Chat text at its normal size (Ctrl+0)")
         self.stop_action.setEnabled(False)
 
     def _build_layout(self) -> None:
         self.load_banner = LoadBanner(self)
-        self.chat_view = ChatView(show_colours=self.settings.show_colours)
+        self.chat_view = ChatView(show_colours=self.settings.show_colours, zoom=self.settings.text_zoom)
+        self.chat_view.zoom_changed.connect(lambda zoom: self.prefs.save({"text_zoom": zoom}))
         self.composer = Composer(self)
         self.composer.send_requested.connect(self.send)
         self.composer.stop_requested.connect(self.stop)
@@ -248,7 +262,8 @@ class MainWindow(QMainWindow):
              (self.quit_action,))
         fill("&Chat", (self.stop_action, self.regenerate_action, self.copy_reply_action), (self.speculation_action,),
              history and history.chat_actions)
-        fill("&View", (self.colours_action, self.side_panel_action), self.compare.actions)
+        fill("&View", (self.colours_action, self.side_panel_action),
+             (self.zoom_in_action, self.zoom_out_action, self.zoom_reset_action), self.compare.actions)
         fill("&Help", self.help.actions)
 
 
@@ -359,7 +374,12 @@ class MainWindow(QMainWindow):
             self.apply_settings(self.settings.replace(show_colours=on))
 
     def _toggle_side_panel(self, on: bool) -> None:
+        if not on and self.side_panel.isVisibleTo(self):
+            self._pane_widths = self.splitter.sizes()  # kept for when it shows again (and the next start)
+        was_hidden = not self.side_panel.isVisibleTo(self)
         self.side_panel.setVisible(on)
+        if on and was_hidden and len(self._pane_widths) == self.splitter.count():
+            self.splitter.setSizes(self._pane_widths)
 
     # --- drag and drop --------------------------------------------------------------------------
 
@@ -405,10 +425,24 @@ class MainWindow(QMainWindow):
         saved = self.settings.window_geometry
         if not (saved and self.restoreGeometry(QByteArray.fromBase64(saved.encode("ascii")))):
             self.resize(*DEFAULT_SIZE)
+        # The panes' widths as "230,660,290"; widths saved for another set of panes (a
+        # window without the history sidebar) are not used.
+        try:
+            widths = [int(width) for width in self.settings.splitter_state.split(",")]
+        except ValueError:
+            widths = []
+        if len(widths) == self.splitter.count() and all(width > 0 for width in widths):
+            self.splitter.setSizes(widths)
+        self._pane_widths = self.splitter.sizes()
+        self.side_panel_action.setChecked(self.settings.side_panel_visible)
+        self._toggle_side_panel(self.settings.side_panel_visible)
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802
         geometry = bytes(self.saveGeometry().toBase64()).decode("ascii")
-        self.prefs.save({"window_geometry": geometry})
+        widths = self.splitter.sizes() if self.side_panel.isVisibleTo(self) else self._pane_widths
+        panes = ",".join(str(width) for width in widths)
+        self.prefs.save({"window_geometry": geometry, "splitter_state": panes,
+                         "side_panel_visible": self.side_panel_action.isChecked()})
         self.chat.abandon()  # saved as stopped before the history lets go of the store
         self.steering.shutdown()
         if self.history is not None:
