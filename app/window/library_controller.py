@@ -78,6 +78,8 @@ class LibraryController(QObject):
         self._drafts: _Job | None = None
         self._extra_paths: list[str] = []  # files chosen by hand, perhaps outside every scanned place
         self._pending_target: str | None = None
+        start = settings()
+        self._last_pair = (start.target_path, start.draft_path)  # the pair a change is judged against
         self.library_action = QAction("Model &library…", self)
         self.library_action.setShortcut("Ctrl+L")
         self.library_action.setToolTip("The GGUF files on this computer, and drafts for a target (Ctrl+L)")
@@ -155,6 +157,15 @@ class LibraryController(QObject):
         self.pair_set.emit(target, draft)
         if self.dialog is not None:
             self.dialog.offer_check(target, draft)
+
+    def remember_pair(self, settings: Settings) -> None:
+        """After a change of models (Settings, a dropped file): the new pair goes first
+        among the recent pairs. Other changes leave them as they are."""
+        pair = (settings.target_path, settings.draft_path)
+        changed, self._last_pair = pair != self._last_pair, pair
+        if not changed or settings.drafter != "model" or not all(pair) or settings.recent_pairs[:1] == (pair,):
+            return
+        self._apply(with_recent_pair(settings, *pair))
 
     def check_pair(self, target: str, draft: str) -> None:
         """The self-test on the pair, once it has loaded."""

@@ -47,6 +47,7 @@ def install_steering(window, column: QBoxLayout, toolbar: QToolBar) -> Steering:
     toolbar.addSeparator()
     toolbar.addWidget(presets.chooser)
     window.settings_changed.connect(lambda _settings: presets.refresh())
+    window.settings_changed.connect(library.remember_pair)
     branches = (BranchController(window.history, window.chat, window.chat_view, say=say, dialog_parent=window)
                 if window.history is not None else None)
     first_run = FirstRunController(window.client, notices=window.notices, layout=column,

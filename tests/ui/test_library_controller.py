@@ -110,3 +110,15 @@ def test_check_speculation_waits_for_the_pair_to_load(qtbot, library):
     controller.check_pair("/models/t.gguf", "/models/d.gguf")
     assert checks == []
     qtbot.waitUntil(lambda: checks == [True], timeout=TIMEOUT_MS)
+
+
+def test_a_pair_set_anywhere_joins_the_recent_pairs_once(library):
+    controller, holder, checks, folder, client = library
+    controller.remember_pair(Settings(target_path="/m/t.gguf", draft_path="/m/d.gguf"))
+    assert holder.settings.recent_pairs == (("/m/t.gguf", "/m/d.gguf"),)
+    count = len(holder.applied)
+    controller.remember_pair(holder.settings)  # already first: nothing to save
+    controller.remember_pair(holder.settings.replace(temperature=0.1))  # not a change of models
+    controller.remember_pair(Settings())  # the demo pair: no paths to remember
+    controller.remember_pair(Settings(target_path="/m/t.gguf", draft_path="/m/d.gguf", drafter="lookup"))
+    assert len(holder.applied) == count
