@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor
-from PySide6.QtWidgets import (QAbstractItemView, QDialog, QFileDialog, QHBoxLayout, QLabel, QProgressBar,
+from PySide6.QtWidgets import (QAbstractItemView, QDialog, QFileDialog, QHBoxLayout, QLabel, QMenu, QProgressBar,
                                QPushButton, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget)
 
 from app.library.drafts import DraftCandidate
@@ -36,6 +36,7 @@ class LibraryDialog(QDialog):
     scan_requested = Signal()
     cancel_requested = Signal()
     folder_added = Signal(str)
+    folder_removed = Signal(str)
     target_selected = Signal(str)          # a usable entry's path: the window finds its drafts
     pair_chosen = Signal(str, str)         # target path, draft path
     check_requested = Signal(str, str)     # "Check speculation" for that pair
@@ -52,6 +53,11 @@ class LibraryDialog(QDialog):
         self.scan_button.clicked.connect(self.scan_requested)
         self.folder_button = QPushButton("Add folder…", self)
         self.folder_button.clicked.connect(self._add_folder)
+        self.remove_menu = QMenu(self)
+        self.remove_button = QPushButton("Remove folder", self)
+        self.remove_button.setToolTip("Stop scanning a folder you added")
+        self.remove_button.setMenu(self.remove_menu)
+        self.set_folders(())
         self.cancel_button = QPushButton("Stop", self)
         self.cancel_button.clicked.connect(self.cancel_requested)
         self.cancel_button.hide()
@@ -61,7 +67,7 @@ class LibraryDialog(QDialog):
         self.status.setTextFormat(Qt.TextFormat.PlainText)
         self.status.setWordWrap(True)
         top = QHBoxLayout()
-        for widget in (self.scan_button, self.folder_button, self.progress, self.cancel_button):
+        for widget in (self.scan_button, self.folder_button, self.remove_button, self.progress, self.cancel_button):
             top.addWidget(widget)
         top.addStretch(1)
 
@@ -97,6 +103,14 @@ class LibraryDialog(QDialog):
         self._update_buttons()
 
     # --- what the window tells it ---------------------------------------------------------
+
+    def set_folders(self, folders: Sequence[str]) -> None:
+        """The folders the user added, offered for removal."""
+        self.remove_menu.clear()
+        for folder in folders:
+            action = self.remove_menu.addAction(folder)
+            action.triggered.connect(lambda _checked=False, f=folder: self.folder_removed.emit(f))
+        self.remove_button.setEnabled(bool(folders))
 
     def show_scanning(self) -> None:
         self.progress.setRange(0, 0)

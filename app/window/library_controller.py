@@ -99,11 +99,13 @@ class LibraryController(QObject):
             dialog.scan_requested.connect(self.scan)
             dialog.cancel_requested.connect(self._cancel_scan)
             dialog.folder_added.connect(self.add_folder)
+            dialog.folder_removed.connect(self.remove_folder)
             dialog.target_selected.connect(self.find_drafts)
             dialog.pair_chosen.connect(self.use_pair)
             dialog.check_requested.connect(self.check_pair)
             dialog.finished.connect(lambda _result: self._forget(dialog))
             self.dialog = dialog
+        self.dialog.set_folders(self._settings().library_folders)
         if target and target not in self._extra_paths:
             self._extra_paths.append(target)
         self._pending_target = target
@@ -133,6 +135,16 @@ class LibraryController(QObject):
         settings = self._settings()
         if folder not in settings.library_folders and len(settings.library_folders) < MAX_FOLDERS:
             self._apply(settings.replace(library_folders=settings.library_folders + (folder,)))
+        self._folders_changed()
+
+    def remove_folder(self, folder: str) -> None:
+        settings = self._settings()
+        self._apply(settings.replace(library_folders=tuple(f for f in settings.library_folders if f != folder)))
+        self._folders_changed()
+
+    def _folders_changed(self) -> None:
+        if self.dialog is not None:
+            self.dialog.set_folders(self._settings().library_folders)
         self._restart_scan()
 
     def find_drafts(self, target_path: str) -> None:

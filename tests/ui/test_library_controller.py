@@ -90,6 +90,13 @@ def test_an_added_folder_is_remembered_and_scanned(qtbot, library):
     qtbot.waitUntil(lambda: controller.result is not None, timeout=TIMEOUT_MS)
     assert dialog.models.topLevelItemCount() == 14
     assert any(e.name == "garbage.gguf" and e.refused for e in controller.result.entries)
+    [remove] = dialog.remove_menu.actions()
+    assert remove.text() == str(folder) and dialog.remove_button.isEnabled()
+    controller.result = None
+    remove.trigger()
+    assert holder.settings.library_folders == () and not dialog.remove_button.isEnabled()
+    qtbot.waitUntil(lambda: controller.result is not None, timeout=TIMEOUT_MS)
+    assert dialog.models.topLevelItemCount() == 9
 
 
 def test_a_target_chosen_by_hand_outside_every_place_finds_its_drafts(qtbot, library, tmp_path):
