@@ -333,6 +333,19 @@ class HistoryStore:
             db.execute("UPDATE conversations SET current_leaf = ? WHERE id = ?", (leaf, row[0]))
         return self.messages(row[0])
 
+    def show_branch_with(self, conversation_id: int, search: str) -> bool:
+        """Search found this chat by text on a branch not shown: show the newest message
+        holding it (and its branch). True when the branch shown changed."""
+        needle = search.strip().casefold()
+        if not needle:
+            return False
+        hit = self._db.execute("SELECT MAX(id) FROM messages WHERE conversation_id = ? AND tandem_contains(text, ?)",
+                               (conversation_id, needle)).fetchone()[0]
+        if hit is None or hit in {m.id for m in self.messages(conversation_id)}:
+            return False
+        self.switch_branch(hit)
+        return True
+
     def add_edit(self, message_id: int, text: str) -> int:
         """An edited user message: a new sibling of ``message_id`` (what followed the old
         one stays on its branch), shown now; returns its id. The reply to it comes next."""

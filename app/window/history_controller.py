@@ -204,6 +204,9 @@ class HistoryController(QObject):
         summary = self._read(lambda: self.store.conversation(conversation_id))
         if summary is None:
             return False  # deleted meanwhile, or unreadable
+        search = self.sidebar.search_edit.text()
+        if search.strip():  # found by a search: show the branch that holds the text
+            self._call(lambda: self.store.show_branch_with(conversation_id, search))
         messages = self._read(lambda: self.store.messages(conversation_id, last=SHOWN_MESSAGES), default=None)
         if messages is None:
             return False

@@ -108,6 +108,10 @@ def test_search_finds_text_on_any_branch(chat):
         store.add_edit(chat["q2"], "a second thought about PELICANS")
         store.switch_branch(chat["q2"])  # the pelicans are on a branch not shown
         assert [c.id for c in store.list_conversations("pelicans")] == [chat["c"]]
+        assert store.show_branch_with(chat["c"], "pelicans")  # opened from the search: that branch
+        assert texts(store.messages(chat["c"]))[-1] == "a second thought about PELICANS"
+        assert not store.show_branch_with(chat["c"], "pelicans") and not store.show_branch_with(chat["c"], "")
+        assert not store.show_branch_with(chat["c"], "nowhere")
 
 
 def test_the_chat_remembers_its_preset(chat):

@@ -188,3 +188,17 @@ def test_a_first_start_offers_the_models_already_here_and_a_draft_in_one_click(o
     assert (loader.specs[-1].target_path, loader.specs[-1].draft_path) == (target.path, tiny.path)
     qtbot.waitUntil(lambda: window.steering.first_run.screen is None, timeout=1000)
     assert window.chat_view.isVisible() and not dialog.check_button.isHidden()
+
+
+def test_a_chat_found_by_search_opens_on_the_branch_with_the_text(open_window, qtbot):
+    window, store, _ = open_window()
+    send_and_wait(qtbot, window, "Tell me about herons")
+    conversation = window.history.current_id
+    window.steering.branches.ask_text = lambda parent, text: "Tell me about pelicans"
+    with qtbot.waitSignal(window.reply_finished, timeout=REPLY_TIMEOUT_MS):
+        window.steering.branches.edit(window.chat_view.messages()[0])
+    window.steering.branches.step(window.chat_view.messages()[0], -1)  # back to the herons
+    window.new_chat()
+    window.history.sidebar.search_edit.setText("pelicans")
+    window.history.open_conversation(conversation)
+    assert shown(window)[0] == ("user", "Tell me about pelicans")
