@@ -47,6 +47,7 @@ class GenerationRequest:
     spec: SpecConfig = SpecConfig()
     max_tokens: int = 256
     cancel: threading.Event = field(default_factory=threading.Event, compare=False)
+    replaced: tuple[str, ...] = ()  # the replies this one replaces (Regenerate), to copy from
 
 
 @dataclass
@@ -169,7 +170,8 @@ class EngineWorker(QObject):
             return
         try:
             generation = self._models.engine.generate(
-                prompt.tokens, request.sampling, request.spec, request.max_tokens, request.cancel)
+                prompt.tokens, request.sampling, request.spec, request.max_tokens, request.cancel,
+                **self._copy_sources(request))
             generation.stats.left_out = prompt.left_out
             generation.stats.prompt_notice = getattr(prompt, "notice", "")
             snapshot_at = 0.0
@@ -186,6 +188,16 @@ class EngineWorker(QObject):
             self.failed.emit(request.id, one_line(exc))
             return
         self.finished.emit(request.id, stats_snapshot(generation.stats))
+
+    def _copy_sources(self, request: GenerationRequest) -> dict:
+        """The session's copy sources (``ChatSession.remember``), with the replies this one
+        replaces added; nothing for a session that keeps none."""
+        sources = getattr(self._models, "copy_sources", None)
+        if sources is None:
+            return {}
+        if request.replaced:
+            self._models.remember(request.replaced)
+        return {"copy_sources": sources}
 
     @Slot(object)
     def run_task(self, task) -> None:
@@ -324,14 +336,15 @@ class EngineClient(QObject):
 
     def generate(self, history: Sequence[tuple[str, str]], *, system_prompt: str = "",
                  sampling: SamplingConfig = SamplingConfig(), spec: SpecConfig = SpecConfig(),
-                 max_tokens: int = 256) -> int:
-        """Queue a reply to ``history``; returns the id its signals will carry.
+                 max_tokens: int = 256, replaced: Sequence[str] = ()) -> int:
+        """Queue a reply to ``history``; returns the id its signals will carry. ``replaced``:
+        the replies it replaces (Regenerate's old reply), for copying repeats to copy from.
 
         Sent while models load, it waits for them (the worker handles requests in order).
         """
         request = GenerationRequest(id=next(self._request_ids), history=tuple(history),
                                     system_prompt=system_prompt, sampling=sampling, spec=spec,
-                                    max_tokens=max_tokens)
+                                    max_tokens=max_tokens, replaced=tuple(replaced))
         was_busy = self.busy
         self._active[request.id] = request
         self._generate_requested.emit(request)

@@ -18,7 +18,7 @@ Requests it did not start (a Compare run) carry ids it does not follow, and are 
 from __future__ import annotations
 
 import copy
-from typing import Callable
+from typing import Callable, Sequence
 
 from PySide6.QtCore import QObject, Signal
 
@@ -90,10 +90,12 @@ class ChatController(QObject):
         if self.client.busy or not messages:
             return None
         last = messages[-1]
+        replaced: tuple[str, ...] = ()
         if last.role == ASSISTANT:
+            replaced = (last.text(),) if last.text() else ()  # copied from where it repeats
             self.chat_view.remove_message(last)
             self.reply_removed.emit(last)
-        return self.start_reply()
+        return self.start_reply(replaced=replaced)
 
     def new_chat(self) -> None:
         self.clear()
@@ -127,8 +129,9 @@ class ChatController(QObject):
     def spec_config(self) -> SpecConfig:
         return session_config.spec_config(self._settings())
 
-    def start_reply(self) -> ChatMessage | None:
-        """Ask for a reply to the conversation on screen (which must end with the user)."""
+    def start_reply(self, replaced: Sequence[str] = ()) -> ChatMessage | None:
+        """Ask for a reply to the conversation on screen (which must end with the user);
+        ``replaced``: the replies it replaces, which the engine may copy from."""
         history = self.chat_view.history()
         if not history or history[-1][0] != USER:
             return None
@@ -136,7 +139,7 @@ class ChatController(QObject):
         reply = self.chat_view.add_reply()
         reply.request_id = self.client.generate(
             history, system_prompt=self.system_prompt(), sampling=self.sampling_config(),
-            spec=self.spec_config(), max_tokens=settings.max_tokens)
+            spec=self.spec_config(), max_tokens=settings.max_tokens, replaced=replaced)
         self._replies[reply.request_id] = reply
         self.reply_started.emit(reply)
         return reply

@@ -24,10 +24,12 @@ class ScriptedEngine:
         self.delay = delay
         self.error = error
         self.calls: list[tuple[SamplingConfig, SpecConfig, int]] = []
+        self.copy_sources: list[object] = []  # what each call was given to copy from
 
     def generate(self, prompt: Sequence[int], sampling: SamplingConfig, spec: SpecConfig,
-                 max_tokens: int, cancel: threading.Event) -> Generation:
+                 max_tokens: int, cancel: threading.Event, copy_sources=None) -> Generation:
         self.calls.append((sampling, spec, max_tokens))
+        self.copy_sources.append(copy_sources)
         stats = Stats(prompt_tokens=len(prompt), speculative=spec.enabled)
         return Generation(self._run(max_tokens, cancel, stats), stats)
 

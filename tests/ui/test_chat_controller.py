@@ -125,6 +125,22 @@ def test_regenerate_replaces_the_last_reply(chat, qtbot):
     assert loader.models.histories[-1] == (("user", "Hi"),)  # the old reply is not sent
 
 
+def test_regenerate_hands_the_old_reply_to_the_session_to_copy_from(chat, qtbot):
+    """A session with copy sources (``ChatSession.remember``) is given the replaced reply,
+    and the engine the session's sources; a first reply replaces nothing."""
+    controller, loader, _ = chat()
+    remembered: list[str] = []
+    loader.models.copy_sources = "the session's sources"
+    loader.models.remember = remembered.extend
+    with qtbot.waitSignal(controller.reply_finished, timeout=REPLY_TIMEOUT_MS):
+        controller.send("Hi")
+    assert remembered == [] and loader.engine.copy_sources == ["the session's sources"]
+    with qtbot.waitSignal(controller.reply_finished, timeout=REPLY_TIMEOUT_MS):
+        controller.regenerate()
+    assert remembered == ["Hello there!"]
+    assert loader.engine.copy_sources[-1] == "the session's sources"
+
+
 def test_a_failed_reply_says_why_and_still_finishes(chat, qtbot):
     controller, loader, said = chat(tokens("a", "b", "c", "d"))
     loader.engine.error = TandemError("the model fell over")
