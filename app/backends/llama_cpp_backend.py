@@ -121,6 +121,7 @@ class LlamaBackend:
             raise BackendError(f"{shown_name(path)}: llama.cpp could not create a context of {n_ctx} "
                                f"tokens ({_last_error()}); try a smaller context size")
         self.n_ctx = ll.llama_n_ctx(self._ctx)
+        self.n_ctx_train = ll.llama_model_n_ctx_train(self._model)  # the context it was trained on
         self.threads = threads
         # 0 asked for the adaptive choice (app/engine/thread_policy.py), from at most this many.
         self.adaptive_threads = n_threads == 0

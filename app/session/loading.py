@@ -62,5 +62,6 @@ def load_session(spec: ModelSpec, progress: Progress | None = None) -> ChatSessi
         drafter=pair.engine.drafter.kind if speculating else DrafterKind.NONE,
         speculation_available=speculating, note=pair.engine.note,
         failed_rule=compatibility.rule if compatibility is not None and not compatibility.ok else None,
-        compute=system_info()["backend"])
+        compute=system_info()["backend"],
+        n_ctx=int(getattr(pair.target, "n_ctx", 0) or 0), n_ctx_train=int(getattr(pair.target, "n_ctx_train", 0) or 0))
     return ChatSession(pair, info)

@@ -42,6 +42,28 @@ def time_saved(stats: Stats) -> str | None:
     return f"{seconds(-saved)} lost · {speedup:.2f}×"
 
 
+# Past this share of the context (the reply's room included), the next messages may no
+# longer fit beside the whole conversation: the window says so before it happens.
+CONTEXT_WARN_SHARE = 0.8
+
+
+def context_in_view(used: int, n_ctx: int, n_ctx_train: int = 0) -> str:
+    """E.g. "412 of 2,048 tokens (20%) · trained on 8,192"."""
+    text = f"{used:,} of {n_ctx:,} tokens ({used / n_ctx:.0%})" if n_ctx else f"{used:,} tokens"
+    if n_ctx_train:
+        text += f" · trained on {n_ctx_train:,}"
+    return text
+
+
+def context_warning(used: int, reply_room: int, n_ctx: int) -> str | None:
+    """The notice before the chat starts leaving its earliest exchanges out (None: room enough)."""
+    if not n_ctx or used + reply_room < CONTEXT_WARN_SHARE * n_ctx:
+        return None
+    return (f"This chat uses {used:,} of the model's {n_ctx:,}-token context. Soon the earliest "
+            "exchanges will be left out of what the model sees to make room; start a new chat "
+            "or raise the context size in Settings to keep everything in view.")
+
+
 def message_summary(stats: Stats) -> str:
     """One line kept under a reply: speed, and what speculation did for it."""
     parts = [f"{stats.tokens} tokens", rate(stats.tokens_per_second)]

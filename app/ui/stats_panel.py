@@ -8,7 +8,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFormLayout, QLabel, QVBoxLayout, QWidget
 
 from app.engine.types import DrafterKind, Stats
-from app.ui.stats_format import STOP_REASONS, percent, seconds, time_saved
+from app.ui.stats_format import STOP_REASONS, context_in_view, percent, seconds, time_saved
 
 DASH = "—"
 
@@ -62,6 +62,10 @@ class StatsPanel(QWidget):
         self.saved_label.setToolTip("What speculation saved against the target alone: the reply's tokens "
                                     "at the measured cost of one plain target step, minus the time it took")
         self.chat_saved_label = _value_label(self, "chatTimeSaved")
+        self.prompt_label = _value_label(self, "promptTokens")
+        self.context_label = _value_label(self, "contextInView")
+        self.context_label.setToolTip("How much of the model's context the chat fills after the last reply "
+                                      "(prompt plus reply), and the context the model was trained on")
 
         models = QFormLayout()
         models.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
@@ -78,6 +82,8 @@ class StatsPanel(QWidget):
         figures.addRow("State", self.state_label)
         figures.addRow("Time saved", self.saved_label)
         figures.addRow("This chat", self.chat_saved_label)
+        figures.addRow("Prompt", self.prompt_label)
+        figures.addRow("Context", self.context_label)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -133,6 +139,10 @@ class StatsPanel(QWidget):
         self.saved_label.setText(DASH if live else (time_saved(stats) or DASH))
         self.state_label.setText("generating…" if live else STOP_REASONS.get(stats.stop_reason, stats.stop_reason or DASH))
 
+    def show_context(self, prompt_tokens: int, used: int, n_ctx: int, n_ctx_train: int = 0) -> None:
+        self.prompt_label.setText(f"{prompt_tokens:,} tokens")
+        self.context_label.setText(context_in_view(used, n_ctx, n_ctx_train))
+
     def show_chat_saved(self, saved: float | None, replies: int) -> None:
         """The conversation's total time saved over its ``replies`` with a figure (None: none has one)."""
         if saved is None or not replies:
@@ -145,5 +155,6 @@ class StatsPanel(QWidget):
         self.speed_label.setText(DASH)
         self.speed_caption.setText("tokens per second")
         for label in (self.acceptance_label, self.per_round_label, self.drafted_label,
-                      self.tokens_label, self.state_label, self.saved_label):
+                      self.tokens_label, self.state_label, self.saved_label, self.prompt_label,
+                      self.context_label):
             label.setText(DASH)

@@ -44,10 +44,11 @@ from app.ui.chat_view import ChatView
 from app.ui.composer import Composer, model_files
 from app.ui.load_banner import LoadBanner
 from app.ui.message_view import ChatMessage
-from app.ui.notices import WARNING, NoticeArea
+from app.ui.notices import INFO, WARNING, NoticeArea
 from app.ui.settings_dialog import GGUF_FILTER, SettingsDialog
 from app.ui.side_panel import SidePanel
 from app.ui.sidebar import ConversationSidebar
+from app.ui.stats_format import context_warning
 from app.window.chat_controller import ChatController
 from app.window.compare_controller import CompareController
 from app.window.help_controller import HelpController
@@ -66,6 +67,7 @@ DEFAULT_SIZE = (1180, 780)
 SIDE_PANEL_WIDTH = 290
 SIDEBAR_WIDTH = 230
 TARGET, DRAFT = "target", "draft"
+CONTEXT_NOTICE = "context"
 
 
 class MainWindow(QMainWindow):
@@ -99,6 +101,8 @@ class MainWindow(QMainWindow):
         self.chat.conversation_cleared.connect(self.composer.focus)
         self.chat_view.replies_changed.connect(
             lambda: self.side_panel.stats.show_chat_saved(*self.chat_view.time_saved_total()))
+        self.chat.reply_finished.connect(self._show_context)
+        self.chat.conversation_cleared.connect(lambda: self.notices.clear(CONTEXT_NOTICE))
         # Without a store (tests, the screenshot script) the window keeps nothing.
         self.history = self._build_history(history_store) if history_store is not None else None
         self.compare = CompareController(self.client, self.chat, self.chat_view, settings=lambda: self.settings,
@@ -314,6 +318,22 @@ class MainWindow(QMainWindow):
 
     def show_about(self) -> None:
         self.help.show_about()
+
+    def _show_context(self, reply: ChatMessage) -> None:
+        """Context in view after a reply: its prompt, the share of the context the chat fills,
+        the trained context; a notice before the chat starts leaving exchanges out."""
+        stats, info = reply.stats, self.client.info
+        if stats is None or not stats.prompt_tokens:
+            return
+        n_ctx = info.n_ctx if info is not None else 0
+        used = stats.prompt_tokens + stats.tokens
+        self.side_panel.stats.show_context(stats.prompt_tokens, used, n_ctx,
+                                           info.n_ctx_train if info is not None else 0)
+        warning = None if stats.left_out else context_warning(used, self.settings.max_tokens, n_ctx)
+        if warning:
+            self.notices.show_notice(CONTEXT_NOTICE, warning, INFO)
+        else:
+            self.notices.clear(CONTEXT_NOTICE)
 
     def _on_busy_changed(self, busy: bool) -> None:
         self.composer.set_generating(busy)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtGui import QKeySequence
+from PySide6.QtWidgets import QLabel
 
 from app.storage.settings import LoadedSettings, load_settings
 from app.ui.message_view import COMPLETE
@@ -61,5 +62,33 @@ def test_a_speculative_reply_on_the_demo_pair_shows_its_time_saved_and_the_chats
     assert f"s {word} · " in reply.stats_label.text() and "×" in reply.stats_label.text()
     assert panel.saved_label.text().startswith(f"{abs(saved):.1f} s {word}")
     assert panel.chat_saved_label.text() == f"{abs(saved):.1f} s {word} over 1 reply"
+    info = window.client.info
+    assert info.n_ctx == 1024 and info.n_ctx_train >= 2048  # the demo target's, read from llama.cpp
+    used = reply.stats.prompt_tokens + reply.stats.tokens
+    assert panel.prompt_label.text() == f"{reply.stats.prompt_tokens:,} tokens"
+    assert panel.context_label.text() == (f"{used:,} of 1,024 tokens ({used / 1024:.0%}) "
+                                          f"· trained on {info.n_ctx_train:,}")
     window.new_chat()
     assert panel.chat_saved_label.text() == "—"
+
+
+def test_a_notice_comes_before_the_chat_starts_leaving_exchanges_out(make_window, qtbot):
+    from app.session.chat import LoadInfo
+
+    def window_with(n_ctx):
+        info = LoadInfo(target_name="scripted.gguf", target_path="/models/scripted.gguf", draft_name="d.gguf",
+                        draft_path="/models/d.gguf", drafter="model", speculation_available=True, n_ctx=n_ctx)
+        window = make_window(SETTINGS.replace(max_tokens=100),
+                             loader=ScriptedLoader(tokens(*["word "] * 10), info=info))
+        wait_loaded(qtbot, window)
+        send_and_wait(qtbot, window, "hi")
+        return window
+
+    roomy = window_with(4096)
+    assert not any("earliest exchanges" in label.text() for label in roomy.notices.findChildren(QLabel))
+    tight = window_with(140)  # 3 prompt + 10 reply + 100 of room: past 80% of 140
+    texts = [label.text() for label in tight.notices.findChildren(QLabel) if label.isVisibleTo(tight)]
+    assert any("uses 13 of the model's 140-token context" in text and "earliest exchanges" in text for text in texts)
+    tight.new_chat()
+    assert not any("earliest exchanges" in label.text() for label in tight.notices.findChildren(QLabel)
+                   if label.isVisibleTo(tight))
