@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import math
 
 from PySide6.QtCore import QEvent, QPointF, Qt, Signal
@@ -83,6 +84,11 @@ class MessageText(QTextEdit):
     def viewportEvent(self, event: QEvent) -> bool:  # noqa: N802
         if event.type() == QEvent.Type.ToolTip:
             tip = self.tooltip_at(event.pos())
+            href = self.anchorAt(event.pos())
+            if href:  # where a link leads, before anyone clicks it (escaped: it is model text)
+                link = f"{html.escape(href)}<br><i>Click to open (Tandem asks first)</i>"
+                tip = (tip.removesuffix("</p>") + "<br>" + link + "</p>" if tip
+                       else f"<p style='white-space:pre'>{link}</p>")
             if tip:
                 QToolTip.showText(event.globalPos(), tip, self.viewport())
             else:
