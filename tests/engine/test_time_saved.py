@@ -56,3 +56,15 @@ def test_the_figure_reads_as_seconds_saved_and_a_speedup():
     assert "2.1 s saved · 1.4×" in message_summary(stats)
     slower = Stats(tokens=10, seconds=2.0, speculative=True, plain_step_seconds=0.1)
     assert time_saved(slower) == "1.0 s lost · 0.50×"
+
+
+def test_a_plain_step_timed_on_a_busy_machine_cannot_exceed_the_batches_the_reply_verified():
+    rng = np.random.default_rng(5)
+    logits = rng.normal(0, 2.0, (6, 6))
+    engine = SpeculativeEngine(MarkovBackend(logits), ModelDrafter(MarkovBackend(logits), 6))
+    for _ in range(5):
+        engine._plain_steps.add(100.0)  # as if the scheduler had stalled every earlier plain step
+    reply = engine.generate([0, 1, 2], SamplingConfig(), SpecConfig(draft_max=4), max_tokens=12)
+    list(reply)
+    assert 0 < reply.stats.plain_step_seconds < 1.0
+    assert reply.stats.speedup is not None and reply.stats.speedup < 50
