@@ -84,7 +84,7 @@ def _serve(args, sock, worker, session, api_key, sampling, spec) -> None:
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig, frame) -> None:
-            worker.cancel_all()  # a long reply must not hold the shutdown
+            worker.cancel_all(abandon=True)  # a long reply (or a slow prompt) must not hold the shutdown
             super().handle_exit(sig, frame)
 
         async def startup(self, sockets=None) -> None:

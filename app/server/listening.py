@@ -91,7 +91,7 @@ class BackgroundServer:
     def stop(self, timeout: float = GRACEFUL_SECONDS + 2) -> None:
         if self._server is None:
             return
-        self.runner.cancel_all()
+        self.runner.cancel_all(abandon=True)
         self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout)

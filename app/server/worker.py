@@ -118,6 +118,7 @@ class JobRunner:
         self._arrivals = itertools.count(1)
         self._served = itertools.count(1)
         self._current: Job | None = None
+        self._jobs_by_arrival: dict[int, Job] = {}
         self.recent: deque[dict] = deque(maxlen=RECENT_REQUESTS)
         self.listeners: list[Callable[[dict], None]] = []  # told of each finished request (engine thread)
 
@@ -125,6 +126,19 @@ class JobRunner:
         """Call under ``_lock``, as the job joins its queue: arrival order is queue order."""
         job.arrival = next(self._arrivals)
         job.enqueued = time.perf_counter()
+        self._jobs_by_arrival[job.arrival] = job
+
+    def cancel_all(self, *, abandon: bool = False) -> None:
+        """Stop the running job and every queued one. ``abandon`` (the server is going
+        away): their clients are answered now (503), without waiting for the engine to
+        reach its next round."""
+        with self._lock:
+            jobs = list(self._jobs_by_arrival.values())
+        for job in jobs:
+            job.cancel.set()
+            if abandon:
+                job.push(ApiError(503, "The server is shutting down.", code="server_shutting_down",
+                                  kind="server_error"))
 
     def run(self, session, job: Job) -> None:
         """Serve ``job`` on ``session`` (on the session's own thread)."""
@@ -138,6 +152,7 @@ class JobRunner:
         finally:
             with self._lock:
                 self._current = None
+                self._jobs_by_arrival.pop(job.arrival, None)
 
     def _run(self, session, job: Job, served: int) -> None:
         queued = time.perf_counter() - job.enqueued
@@ -195,14 +210,6 @@ class EngineWorker(JobRunner):
     @property
     def waiting(self) -> int:
         return self._jobs.qsize()
-
-    def cancel_all(self) -> None:
-        """Stop the running job and every queued one (the server is shutting down)."""
-        with self._lock:
-            jobs = [self._current, *self._jobs.queue]
-        for job in jobs:
-            if job is not None:
-                job.cancel.set()
 
     def stop(self, timeout: float = 10.0) -> None:
         self.cancel_all()

@@ -39,6 +39,8 @@ class WindowJobs(JobRunner):
         with self._lock:
             self._pending.remove(job)
         if session is None:
+            with self._lock:
+                self._jobs_by_arrival.pop(job.arrival, None)
             job.push(ApiError(503, "The window has no model loaded.", code="model_not_loaded", kind="server_error"))
             return
         self.run(session, job)
@@ -46,13 +48,6 @@ class WindowJobs(JobRunner):
     @property
     def waiting(self) -> int:
         return len(self._pending)
-
-    def cancel_all(self) -> None:
-        with self._lock:
-            jobs = [self._current, *self._pending]
-        for job in jobs:
-            if job is not None:
-                job.cancel.set()
 
 
 class ServerController(QObject):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import httpx
 import pytest
 
@@ -42,3 +45,28 @@ def test_the_openai_client_with_the_key_is_served(keyed):
     assert reply.usage.completion_tokens <= 2
     with pytest.raises(AuthenticationError):
         OpenAI(base_url=keyed.base_url, api_key="wrong", max_retries=0).models.list()
+
+
+def test_ctrl_c_while_a_reply_streams_answers_it_and_stops_cleanly(keyed):
+    """Last in this module: it stops the server."""
+    lines: list[str] = []
+    body = {"messages": [{"role": "user", "content": "Write a very long essay."}], "max_tokens": 1500,
+            "ignore_eos": True, "stream": True}
+
+    def stream() -> None:
+        with httpx.stream("POST", keyed.base_url + "/chat/completions", json=body, timeout=600,
+                          headers={"Authorization": f"Bearer {KEY}"}) as response:
+            lines.extend(line for line in response.iter_lines() if line)
+
+    reader = threading.Thread(target=stream)
+    reader.start()
+    deadline = time.monotonic() + 300
+    while not any('"content": "' in line and '"content": ""' not in line for line in lines) \
+            and reader.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert keyed.stop() == 0
+    reader.join(60)
+    assert lines[-1] == "data: [DONE]"
+    assert "server_shutting_down" in lines[-2] or '"finish_reason": "cancelled"' in lines[-2]
+    log = "".join(keyed.stderr)
+    assert "Traceback" not in log and "Exception in ASGI" not in log, log
