@@ -37,6 +37,9 @@ def add_parser(subcommands, add_model_arguments, add_sampling_arguments) -> None
     add_sampling_arguments(serve)
     # A request without max_tokens may use what the context leaves, as OpenAI's does.
     serve.set_defaults(max_tokens=None)
+    for action in serve._actions:  # its help, as this command reads it
+        if action.dest == "max_tokens":
+            action.help = "most tokens in a reply when a request names none (default: what the context leaves)"
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
