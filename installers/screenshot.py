@@ -19,16 +19,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-PROMPTS = ("What is the capital of France, and what is it famous for?",
-           "Give me three tips for staying focused while studying.")
-NEXT_PROMPT = "Which of those tips matters most?"
+# Mid-conversation, with a reply that has a code block and a list: the chat's Markdown
+# drawn as it streams, each token in its kind's colour.
+PROMPTS = ("Give me three tips for staying focused while studying.",
+           "Write a Python function that reverses a string, then list two ways to test it.")
+NEXT_PROMPT = "Can you make it work for lists too?"
 SIZE = (1280, 800)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshot.png")
-    parser.add_argument("--max-tokens", type=int, default=100)
+    parser.add_argument("--max-tokens", type=int, default=220)
     args = parser.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -41,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtWidgets import QApplication
 
     from app.storage.settings import LoadedSettings, Settings
-    from app.ui.main_window import MainWindow
+    from app.window.main_window import MainWindow
     from app.ui.resources import icon, style_sheet
 
     app = QApplication(sys.argv[:1])
@@ -64,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     wait(lambda: window.client.info is not None, 120, "the models to load")
     for prompt in PROMPTS:
         reply = window.send(prompt)
-        wait(lambda: reply.status != "streaming", 300, "the reply")
+        wait(lambda: reply.status != "streaming", 900, "the reply")  # a busy machine is slow
     window.composer.set_text(NEXT_PROMPT)  # mid-conversation: the next question is being typed
     for _ in range(5):
         app.processEvents()
