@@ -117,8 +117,7 @@ class JobRunner:
         self._lock = threading.Lock()
         self._arrivals = itertools.count(1)
         self._served = itertools.count(1)
-        self._current: Job | None = None
-        self._jobs_by_arrival: dict[int, Job] = {}
+        self._jobs_by_arrival: dict[int, Job] = {}  # numbered, not yet done
         self.recent: deque[dict] = deque(maxlen=RECENT_REQUESTS)
         self.listeners: list[Callable[[dict], None]] = []  # told of each finished request (engine thread)
 
@@ -142,8 +141,6 @@ class JobRunner:
 
     def run(self, session, job: Job) -> None:
         """Serve ``job`` on ``session`` (on the session's own thread)."""
-        with self._lock:
-            self._current = job
         try:
             if job.cancel.is_set():
                 job.push(_skipped(job))
@@ -151,7 +148,6 @@ class JobRunner:
                 self._run(session, job, next(self._served))
         finally:
             with self._lock:
-                self._current = None
                 self._jobs_by_arrival.pop(job.arrival, None)
 
     def _run(self, session, job: Job, served: int) -> None:
