@@ -211,3 +211,9 @@ def test_cors_is_closed_unless_asked(server):
     preflight = httpx.options(server.base_url + "/chat/completions", headers={
         "Origin": "https://example.com", "Access-Control-Request-Method": "POST"})
     assert "access-control-allow-origin" not in preflight.headers
+
+
+def test_draft_length_per_request(client):
+    response = ask(client, max_tokens=8, extra_body={"ignore_eos": True, "tandem": {"draft_max": 2}})
+    tandem, _ = figures(response)
+    assert tandem["speculative"] is True and 0 < tandem["drafted"] <= 2 * tandem["rounds"]
