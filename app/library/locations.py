@@ -105,22 +105,28 @@ def gguf_files(root: Path, max_depth: int = MAX_DEPTH) -> Iterator[Path]:
     stack = [(root, 0)]
     while stack and budget > 0:
         folder, depth = stack.pop()
-        try:
-            with os.scandir(folder) as entries:
-                for entry in sorted(entries, key=lambda e: e.name):
-                    budget -= 1
-                    if budget <= 0:
-                        return
-                    try:
-                        if entry.is_dir(follow_symlinks=False):
-                            if depth < max_depth and not entry.name.startswith("."):
-                                stack.append((Path(entry.path), depth + 1))
-                        elif entry.name.lower().endswith(".gguf") and entry.is_file():  # a link to a file counts
-                            yield Path(entry.path)
-                    except OSError:
-                        continue  # a dangling link, a permission problem: not a model
-        except OSError:
-            continue  # unreadable folder: the rest of the place still counts
+        for entry in _listing(folder):
+            budget -= 1
+            if budget <= 0:
+                return
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    if depth < max_depth and not entry.name.startswith("."):
+                        stack.append((Path(entry.path), depth + 1))
+                elif entry.name.lower().endswith(".gguf") and entry.is_file():  # a link to a file counts
+                    yield Path(entry.path)
+            except OSError:
+                continue  # a dangling link, a permission problem: not a model
+
+
+def _listing(folder: Path) -> list[os.DirEntry]:
+    """A folder's entries by name; none when it cannot be read (the rest of the place
+    still counts)."""
+    try:
+        with os.scandir(folder) as entries:
+            return sorted(entries, key=lambda e: e.name)
+    except OSError:
+        return []
 
 
 def _relative_name(path: Path, root: Path) -> str:
@@ -158,21 +164,17 @@ def _files_at_depth(root: Path, depth: int) -> Iterator[Path]:
         last = step == depth - 1  # folders down to the last level, files there
         below = []
         for folder in level:
-            try:
-                with os.scandir(folder) as entries:
-                    for entry in sorted(entries, key=lambda e: e.name):
-                        budget -= 1
-                        if budget <= 0:
-                            return
-                        try:
-                            wanted = entry.is_file(follow_symlinks=False) if last \
-                                else entry.is_dir(follow_symlinks=False)
-                        except OSError:
-                            continue
-                        if wanted and not entry.name.startswith("."):
-                            below.append(Path(entry.path))
-            except OSError:
-                continue
+            for entry in _listing(folder):
+                budget -= 1
+                if budget <= 0:
+                    return
+                try:
+                    wanted = entry.is_file(follow_symlinks=False) if last \
+                        else entry.is_dir(follow_symlinks=False)
+                except OSError:
+                    continue
+                if wanted and not entry.name.startswith("."):
+                    below.append(Path(entry.path))
         level = below
     yield from level
 
