@@ -18,10 +18,6 @@ from typing import Sequence
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import (
-    QColor,
-    QFont,
-    QFontDatabase,
-    QGuiApplication,
     QTextBlockFormat,
     QTextCharFormat,
     QTextCursor,
@@ -29,89 +25,30 @@ from PySide6.QtGui import (
     QTextFrameFormat,
     QTextLength,
     QTextListFormat,
-    QTextOption,
     QTextTableFormat,
 )
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QVBoxLayout, QWidget
 
-from app.engine.types import TokenEvent, TokenKind
+from app.engine.types import TokenEvent
 from app.ui.markdown_render import (
     CodeBlock,
     Item,
     MarkdownStream,
-    Marks,
     Paragraph,
     Rule,
-    Run,
     Table,
     TopBlock,
     Update,
 )
+from app.ui.code_block import CodeBlockView
+from app.ui.markdown_formats import Formats
 from app.ui.message_text import MessageText
 from app.ui.token_style import TokenStyle
 
-HEADING_SIZE = {1: 2, 2: 1, 3: 1, 4: 0, 5: 0, 6: 0}  # QTextFormat.FontSizeAdjustment per level
 BULLETS = (QTextListFormat.Style.ListDisc, QTextListFormat.Style.ListCircle, QTextListFormat.Style.ListSquare)
 PARAGRAPH_GAP = 6
 LIST_GAP = 2
 QUOTE_INDENT = 16
-
-
-def monospace_font(size_from: QFont) -> QFont:
-    font = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
-    font.setPointSizeF(size_from.pointSizeF() * 0.95)
-    return font
-
-
-class Formats:
-    """Character formats for runs: the Markdown look first, the token kind's format merged over it."""
-
-    def __init__(self, style: TokenStyle, events: list[TokenEvent]) -> None:
-        self.style = style
-        self.events = events
-        self.link_colour = QColor("#8ab4f8" if style.dark else "#1a5fb4")
-        # Opaque: a translucent fill costs a blend per pixel on every repaint of a streaming reply.
-        self.code_background = QColor("#2c3036" if style.dark else "#eef0f3")
-        self.border = QColor("#555a62" if style.dark else "#c4c8ce")
-        self.mono_families = [QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont).family()]
-        self._cache: dict[tuple[Marks, TokenKind], QTextCharFormat] = {}
-
-    def for_run(self, run: Run) -> QTextCharFormat:
-        event = self.events[run.event] if run.event >= 0 else None
-        kind = event.kind if event is not None else TokenKind.PLAIN
-        if event is None or kind is not TokenKind.CORRECTED:
-            key = (run.marks, kind)
-            fmt = self._cache.get(key)
-            if fmt is None:
-                fmt = self._cache[key] = self._build(run.marks, self.style.kind_format(kind))
-            return fmt
-        fmt = self._build(run.marks, self.style.format_for(event))  # its own: the tooltip rides on it
-        if run.lead:
-            fmt.setFontUnderline(False)  # underlined from its first visible character, as in the source view
-        return fmt
-
-    def _build(self, marks: Marks, kind_format: QTextCharFormat) -> QTextCharFormat:
-        fmt = QTextCharFormat()
-        if marks.bold or marks.heading:
-            fmt.setFontWeight(QFont.Weight.Bold)
-        if marks.italic:
-            fmt.setFontItalic(True)
-        if marks.strike:
-            fmt.setFontStrikeOut(True)
-        if marks.heading:
-            fmt.setProperty(QTextFormat.Property.FontSizeAdjustment, HEADING_SIZE.get(marks.heading, 0))
-        if marks.code:
-            fmt.setFontFamilies(self.mono_families)
-            fmt.setBackground(self.code_background)
-        if marks.link:
-            fmt.setAnchor(True)
-            fmt.setAnchorHref(marks.link)
-            fmt.setFontUnderline(True)
-            fmt.setUnderlineStyle(QTextCharFormat.UnderlineStyle.DashUnderline)  # a corrected token's is solid
-            if not self.style.coloured:
-                fmt.setForeground(self.link_colour)  # with colours on, the token's colour stays
-        fmt.merge(kind_format)
-        return fmt
 
 
 class ProseWriter:
@@ -221,112 +158,6 @@ class ProseText(MessageText):
                                      | Qt.TextInteractionFlag.TextSelectableByKeyboard
                                      | Qt.TextInteractionFlag.LinksAccessibleByMouse)
         self.setObjectName("markdownProse")
-
-
-class CodeBlockView(QFrame):
-    """A fenced code block: its language, a Copy button that copies exactly the code, the code."""
-
-    copied = Signal()
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setObjectName("codeBlock")
-        self.setFrameShape(QFrame.Shape.StyledPanel)
-        self.code = ""
-        self.language = ""
-        self._highlighted = False
-        self.language_label = QLabel(self)
-        self.language_label.setObjectName("codeLanguage")
-        self.language_label.setTextFormat(Qt.TextFormat.PlainText)
-        self.copy_button = QToolButton(self)
-        self.copy_button.setObjectName("copyCode")
-        self.copy_button.setText("Copy")
-        self.copy_button.setToolTip("Copy this code")
-        self.copy_button.setAutoRaise(True)
-        self.copy_button.setCursor(Qt.CursorShape.PointingHandCursor)
-        self.copy_button.clicked.connect(self.copy_code)
-        self.text_view = MessageText(self)
-        self.text_view.setObjectName("codeText")
-        self.text_view.setWordWrapMode(QTextOption.WrapMode.WrapAnywhere)
-        header = QHBoxLayout()
-        header.setContentsMargins(6, 2, 2, 0)
-        header.addWidget(self.language_label)
-        header.addStretch(1)
-        header.addWidget(self.copy_button)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(4, 2, 4, 4)
-        layout.setSpacing(0)
-        layout.addLayout(header)
-        layout.addWidget(self.text_view)
-
-    def copy_code(self) -> None:
-        QGuiApplication.clipboard().setText(self.code)
-        self.copy_button.setText("Copied")
-        self.copied.emit()
-
-    def set_font_from(self, font: QFont) -> None:
-        self.text_view.setFont(monospace_font(font))
-
-    def show_block(self, block: CodeBlock, formats: Formats) -> None:
-        """Draw ``block``; when it only grew (a streaming fence) and is token-coloured, append the rest."""
-        highlight = not formats.style.coloured
-        grew = (not highlight and not self._highlighted and block.language == self.language
-                and block.code.startswith(self.code))
-        if not grew:
-            self.text_view.clear()
-            self.code = ""
-        self.language = block.language
-        self.language_label.setText(block.language or "code")
-        cursor = QTextCursor(self.text_view.document())
-        cursor.movePosition(QTextCursor.MoveOperation.End)
-        cursor.beginEditBlock()
-        if highlight:
-            for text, fmt in highlighted(block.code, block.language, formats.style.dark):
-                cursor.insertText(text, fmt)
-        else:
-            skip = len(self.code)
-            for run in block.runs:
-                if skip >= len(run.text):
-                    skip -= len(run.text)
-                    continue
-                cursor.insertText(run.text[skip:], formats.for_run(run))
-                skip = 0
-        cursor.endEditBlock()
-        self.code = block.code
-        self._highlighted = highlight
-
-
-_PYGMENTS_FORMATS: dict[tuple[bool, object], QTextCharFormat] = {}
-
-
-def highlighted(code: str, language: str, dark: bool) -> list[tuple[str, QTextCharFormat]]:
-    """``code`` in pieces with Pygments' colours (colours off: no token kinds to show)."""
-    from pygments.lexers import get_lexer_by_name
-    from pygments.styles import get_style_by_name
-    from pygments.util import ClassNotFound
-
-    try:
-        lexer = get_lexer_by_name(language or "text", stripnl=False, ensurenl=False)
-    except ClassNotFound:
-        lexer = get_lexer_by_name("text", stripnl=False, ensurenl=False)
-    style = get_style_by_name("github-dark" if dark else "default")
-    pieces = []
-    for token_type, value in lexer.get_tokens(code):
-        key = (dark, token_type)
-        fmt = _PYGMENTS_FORMATS.get(key)
-        if fmt is None:
-            spec = style.style_for_token(token_type)
-            fmt = QTextCharFormat()
-            if spec.get("color"):
-                fmt.setForeground(QColor("#" + spec["color"]))
-            if spec.get("bold"):
-                fmt.setFontWeight(QFont.Weight.Bold)
-            if spec.get("italic"):
-                fmt.setFontItalic(True)
-            _PYGMENTS_FORMATS[key] = fmt
-        pieces.append((value, fmt))
-    # The lexer may differ in the last newline; the copy button copies block.code itself.
-    return pieces
 
 
 class MarkdownBody(QWidget):

@@ -11,7 +11,8 @@ from PySide6.QtWidgets import QMessageBox
 
 from app.engine.types import Stats, TokenEvent, TokenKind
 from app.ui.chat_view import ChatView
-from app.ui.markdown_view import CodeBlockView, ProseText
+from app.ui.code_block import CodeBlockView
+from app.ui.markdown_view import ProseText
 from app.ui.message_view import COMPLETE
 from app.ui.resources import token_palette
 from app.ui.token_style import KIND_PROPERTY
