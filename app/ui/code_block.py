@@ -8,7 +8,7 @@ from PySide6.QtGui import QColor, QFont, QGuiApplication, QTextCharFormat, QText
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
 from app.ui.markdown_formats import Formats, monospace_font
-from app.ui.markdown_render import CodeBlock
+from app.ui.markdown_blocks import CodeBlock
 from app.ui.message_text import MessageText
 
 

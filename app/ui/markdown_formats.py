@@ -7,7 +7,7 @@ from __future__ import annotations
 from PySide6.QtGui import QColor, QFont, QFontDatabase, QTextCharFormat, QTextFormat
 
 from app.engine.types import TokenEvent, TokenKind
-from app.ui.markdown_render import Marks, Run
+from app.ui.markdown_blocks import Marks, Run
 from app.ui.token_style import TokenStyle
 
 HEADING_SIZE = {1: 2, 2: 1, 3: 1, 4: 0, 5: 0, 6: 0}  # QTextFormat.FontSizeAdjustment per level

@@ -30,16 +30,8 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from app.engine.types import TokenEvent
-from app.ui.markdown_render import (
-    CodeBlock,
-    Item,
-    MarkdownStream,
-    Paragraph,
-    Rule,
-    Table,
-    TopBlock,
-    Update,
-)
+from app.ui.markdown_blocks import CodeBlock, Item, Paragraph, Rule, Table, TopBlock, Update
+from app.ui.markdown_render import MarkdownStream
 from app.ui.code_block import CodeBlockView
 from app.ui.markdown_formats import Formats
 from app.ui.message_text import MessageText

@@ -5,15 +5,8 @@ from __future__ import annotations
 import pytest
 
 from app.engine.types import TokenEvent, TokenKind
-from app.ui.markdown_render import (
-    MAX_OPEN_BLOCK_CHARS,
-    CodeBlock,
-    MarkdownStream,
-    Paragraph,
-    Table,
-    plain_text,
-    safe_href,
-)
+from app.ui.markdown_blocks import CodeBlock, Paragraph, Table
+from app.ui.markdown_render import MAX_OPEN_BLOCK_CHARS, MarkdownStream, plain_text, safe_href
 
 REPLY = """Intro with **bold** and `code`.
 
