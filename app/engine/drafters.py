@@ -32,6 +32,9 @@ class Draft:
     # drafter had not seen (after plain rounds) is left out: it is one batch,
     # whose cost says nothing about the next draft step.
     step_seconds: list[float] = field(default_factory=list)
+    # The process's CPU seconds over each of those steps: with the threads, they say
+    # whether the threads had their cores (``thread_policy.py``).
+    step_cpu_seconds: list[float] = field(default_factory=list)
     catchup_seconds: float = 0.0  # that catching up (more than the usual [d_k, bonus])
     # The token whose probability fell under p_min and ended the draft, and that
     # probability: the target's next token says whether cutting there was right.
@@ -90,7 +93,7 @@ class ModelDrafter:
             return draft
         pending = self._sync(context)
         for _ in range(n_max):
-            started = time.perf_counter()
+            cpu, started = time.process_time(), time.perf_counter()
             logits = self._fit_vocab(self.model.evaluate(pending, [len(pending) - 1])[0],
                                      sampling.ignore_eos)
             elapsed = time.perf_counter() - started
@@ -99,6 +102,7 @@ class ModelDrafter:
                 # [d_k, bonus] after a fully accepted round is this round's first draft
                 # step, a little dearer: counted as one, it keeps the cost model honest.
                 draft.step_seconds.append(elapsed)
+                draft.step_cpu_seconds.append(time.process_time() - cpu)
             else:
                 draft.catchup_seconds += elapsed
             token, prob, q = self._choose(logits, sampling, rng)

@@ -167,18 +167,18 @@ class SpeculativeEngine:
                             draft = self.drafter.propose(committed, plan.length, sampling, rng,
                                                          max(spec.p_min, plan.p_min), plan.go_on)
                             policy.observe_draft(draft.step_seconds)
-                            self.threads.observe_draft(draft.step_seconds)
+                            self.threads.observe_draft(draft.step_seconds, draft.step_cpu_seconds)
                         if len(draft) < spec.draft_min:
                             draft, copied = Draft(), False
 
                 # 2. Verify: one target batch, logits at the k+1 positions only.
                 batch = [committed[-1], *draft.tokens]
-                t = time.perf_counter()
+                cpu, t = time.process_time(), time.perf_counter()
                 rows = target.evaluate(batch, range(len(batch)))
                 elapsed = time.perf_counter() - t
                 stats.target_seconds += elapsed
                 policy.observe_verify(len(batch), elapsed)
-                self.threads.observe_verify(len(batch), elapsed)
+                self.threads.observe_verify(len(batch), elapsed, time.process_time() - cpu)
                 if len(batch) == 1:
                     self._plain_steps.add(elapsed)
                 else:

@@ -20,6 +20,19 @@ comparison is like with like:
 - a probe's window is kept when it is at least ``GAIN`` cheaper than the window just
   before it, else the count goes back.
 
+Where the engine also gives each step's process CPU seconds, the window's CPU share
+(CPU seconds over wall seconds times threads) says directly whether the threads had
+their cores: about 1.0 on a quiet machine (llama.cpp's threads run or spin, never
+sleep, inside a step), about 0.75 with two threads and one core taken by another
+program (demo target, 2 cores). Under ``BUSY_SHARE`` one thread fewer is tried at
+once, whatever the baseline says (a machine busy from the start needs no periodic
+probe to be found); over ``QUIET_SHARE`` no probe down is made at all, neither
+periodic nor for a slowdown (steps also get dearer as the context grows), so a quiet
+machine pays nothing for the adaptive choice. In between (one busy core of eight
+takes only an eighth of the share) the step costs decide as above. A probe set off by
+the share is judged like any other, so where CPU time says little (a GPU that the
+threads wait for) it costs a window now and then, backing off the same way.
+
 Thread counts change only what llama.cpp's matrix products split between threads, not
 what they compute, so output is unchanged (tests/engine/test_thread_policy.py checks a
 reply whose threads change mid-way against one that keeps them). ``FIXED`` is the
@@ -37,6 +50,8 @@ SLOW = 1.3            # a window this much dearer than the quiet baseline says: 
 GAIN = 0.93           # a probe is kept when its window costs at most this share of the last
 PROBE_EVERY = 64      # steps between probes of a neighbouring count ...
 PROBE_MOST = 768      # ... doubling after each probe that did not pay, up to this
+BUSY_SHARE = 0.85     # a window whose threads got less of their cores than this: try one fewer
+QUIET_SHARE = 0.92    # ... more than this: the threads had their cores, no probe down
 
 Window = dict[int, float]  # batch size -> median seconds
 
@@ -49,64 +64,85 @@ class ThreadChooser:
         self.threads = min(max(start or self.most, self.least), self.most)
         self._window: dict[int, list[float]] = defaultdict(list)  # this window's seconds by batch
         self._filled = 0
+        self._cpu = self._wall = 0.0   # this window's CPU and wall seconds, for its CPU share
+        self._cpu_known = True         # every step of the window came with its CPU seconds
+        self._share_wait = 0           # steps before the share may set off another probe down
         self._baseline: dict[int, Window] = {}       # threads -> cheapest medians seen, by batch
-        self._probe: tuple[int, Window] | None = None  # while probing: the count left, its last window
+        # While probing: the count left, its last window, whether the CPU share set it off.
+        self._probe: tuple[int, Window, bool] | None = None
         self._probe_every = PROBE_EVERY
         self._since_probe = 0
         self._next_up = True  # which neighbour the next periodic probe tries
         self.switches = 0
 
-    def observe(self, batch: int, seconds: float) -> int | None:
-        """One step of ``batch`` tokens took ``seconds`` at ``self.threads``; returns the
-        thread count to switch to, or None to stay."""
+    def observe(self, batch: int, seconds: float, cpu_seconds: float | None = None) -> int | None:
+        """One step of ``batch`` tokens took ``seconds`` at ``self.threads`` (and
+        ``cpu_seconds`` of the process's CPU time, when measured); returns the thread
+        count to switch to, or None to stay."""
         self._window[batch].append(seconds)
         self._filled += 1
         self._since_probe += 1
+        if cpu_seconds is None:
+            self._cpu_known = False
+        else:
+            self._cpu += cpu_seconds
+            self._wall += seconds
         if self._filled < WINDOW:
             return None
         window = {b: _median(s) for b, s in self._window.items()}
+        share = self._cpu / (self._wall * self.threads) if self._cpu_known and self._wall > 0 else None
         self._window.clear()
         self._filled = 0
-        chosen = self._judge_probe(window) if self._probe else self._steady(window)
+        self._cpu = self._wall = 0.0
+        self._cpu_known = True
+        self._share_wait -= WINDOW
+        chosen = self._judge_probe(window) if self._probe else self._steady(window, share)
         if chosen is None or chosen == self.threads:
             return None
         self.threads = chosen
         self.switches += 1
         return chosen
 
-    def _steady(self, window: Window) -> int | None:
+    def _steady(self, window: Window, share: float | None = None) -> int | None:
         n = self.threads
         baseline = self._baseline.setdefault(n, dict(window))
         slowed = _ratio(window, baseline)
         for batch, seconds in window.items():
             baseline[batch] = min(seconds, baseline.get(batch, seconds))
-        if slowed is not None and slowed > SLOW and n > self.least:
+        cores_taken = share is not None and share < BUSY_SHARE
+        cores_ours = share is not None and share > QUIET_SHARE
+        if cores_taken and n > self.least and self._share_wait <= 0:
+            return self._start_probe(n - 1, window, by_share=True)
+        if slowed is not None and slowed > SLOW and n > self.least and not cores_ours:
             return self._start_probe(n - 1, window)
         if self._since_probe < self._probe_every:
             return None
-        up, down = n + 1 <= self.most, n - 1 >= self.least
+        up, down = n + 1 <= self.most, n - 1 >= self.least and not cores_ours
         if not (up or down):
             return None
         go_up = up and (self._next_up or not down)
         self._next_up = not go_up
         return self._start_probe(n + 1 if go_up else n - 1, window)
 
-    def _start_probe(self, threads: int, window: Window) -> int:
-        self._probe = (self.threads, window)
+    def _start_probe(self, threads: int, window: Window, by_share: bool = False) -> int:
+        self._probe = (self.threads, window, by_share)
         self._since_probe = 0
         return threads
 
     def _judge_probe(self, window: Window) -> int | None:
-        left, before = self._probe
+        left, before, by_share = self._probe
         self._probe = None
         ratio = _ratio(window, before)
         if ratio is not None and ratio <= GAIN:
             self._probe_every = PROBE_EVERY  # the machine changed: look around sooner
+            self._share_wait = 0
             baseline = self._baseline.setdefault(self.threads, dict(window))
             for batch, seconds in window.items():
                 baseline[batch] = min(seconds, baseline.get(batch, seconds))
             return None
         self._probe_every = min(self._probe_every * 2, PROBE_MOST)
+        if by_share:  # the share said busy and fewer threads did not pay: believe it less often
+            self._share_wait = self._probe_every
         # The count left is as it was: its dearer steps are now its baseline, so the same
         # load does not set off the same probe again.
         self._baseline[left] = dict(before) if ratio is not None else self._baseline.get(left, {})
@@ -123,18 +159,20 @@ class AdaptiveThreads:
         self.target, self._apply_target = target, apply_target
         self.draft, self._apply_draft = draft, apply_draft
 
-    def observe_verify(self, batch: int, seconds: float) -> None:
+    def observe_verify(self, batch: int, seconds: float, cpu_seconds: float | None = None) -> None:
         if self.target is not None:
-            chosen = self.target.observe(batch, seconds)
+            chosen = self.target.observe(batch, seconds, cpu_seconds)
             if chosen is not None:
                 self._apply_target(chosen)
 
-    def observe_draft(self, step_seconds: Sequence[float]) -> None:
-        """A draft's step times; its first step (a batch of [d_k, bonus]) counts apart."""
+    def observe_draft(self, step_seconds: Sequence[float], step_cpu: Sequence[float] | None = None) -> None:
+        """A draft's step times (and CPU times); its first step (a batch of [d_k, bonus])
+        counts apart."""
         if self.draft is None:
             return
         for i, seconds in enumerate(step_seconds):
-            chosen = self.draft.observe(2 if i == 0 else 1, seconds)
+            cpu = step_cpu[i] if step_cpu is not None and i < len(step_cpu) else None
+            chosen = self.draft.observe(2 if i == 0 else 1, seconds, cpu)
             if chosen is not None:
                 self._apply_draft(chosen)
 
@@ -142,10 +180,10 @@ class AdaptiveThreads:
 class _FixedThreads:
     """An explicit thread count: nothing to choose."""
 
-    def observe_verify(self, batch: int, seconds: float) -> None:
+    def observe_verify(self, batch: int, seconds: float, cpu_seconds: float | None = None) -> None:
         pass
 
-    def observe_draft(self, step_seconds: Sequence[float]) -> None:
+    def observe_draft(self, step_seconds: Sequence[float], step_cpu: Sequence[float] | None = None) -> None:
         pass
 
 

@@ -139,7 +139,7 @@ class _RecordingDrafter(ModelDrafter):
 
 def engine_trace(monkeypatch) -> dict:
     clock = _FakeClock()
-    fake_time = types.SimpleNamespace(perf_counter=clock.perf_counter)
+    fake_time = types.SimpleNamespace(perf_counter=clock.perf_counter, process_time=clock.perf_counter)
     monkeypatch.setattr(speculative, "time", fake_time)
     monkeypatch.setattr(drafters, "time", fake_time)
     rng = np.random.default_rng(11)

@@ -7,7 +7,8 @@ import itertools
 
 import pytest
 
-from app.engine.thread_policy import FIXED, PROBE_MOST, WINDOW, AdaptiveThreads, ThreadChooser, threads_for
+from app.engine.thread_policy import (BUSY_SHARE, FIXED, PROBE_MOST, QUIET_SHARE, WINDOW, AdaptiveThreads,
+                                      ThreadChooser, threads_for)
 
 # Seconds per step of one token at each thread count, on a 2-core machine: quiet, two
 # threads are fastest; with one core busy, two threads wait at every barrier.
@@ -99,6 +100,66 @@ def test_an_explicit_count_is_left_alone():
     assert only_draft.target is None and only_draft.draft.threads == 2
 
 
+# The process's CPU share of each step (CPU seconds / wall seconds / threads), as measured
+# on the demo target with 2 cores: quiet, llama.cpp's threads run or spin through a step;
+# with one core taken, two threads get about three quarters of theirs, one gets all of it.
+QUIET_CPU = {1: 1.0, 2: 0.99}
+BUSY_CPU = {1: 1.0, 2: 0.74}
+
+
+def run_measured(chooser: ThreadChooser, costs: dict[int, float], shares: dict[int, float],
+                 steps: int, batches=(1,), growth: float = 0.0) -> list[int]:
+    """As ``run``, each step also giving its CPU seconds; ``growth``: each step that much
+    dearer than the one before (a context getting longer)."""
+    seen = []
+    sizes = itertools.cycle(batches)
+    for step in range(steps):
+        batch, n = next(sizes), chooser.threads
+        seen.append(n)
+        seconds = costs[n] * (1 + 0.2 * (batch - 1)) * (1 + growth) ** step
+        chooser.observe(batch, seconds, seconds * n * shares[n])
+    return seen
+
+
+def test_a_quiet_machine_with_cpu_times_is_never_probed_down():
+    """The CPU share says every thread had its core: no periodic probe down, and steps
+    getting dearer as the context grows (4x over the run) set off none either."""
+    chooser = ThreadChooser(2)
+    seen = run_measured(chooser, QUIET, QUIET_CPU, 2000, batches=(1, 5, 9), growth=0.0007)
+    assert seen == [2] * 2000 and chooser.switches == 0
+    # Without CPU times the same steps do cost probes: what the share saves.
+    blind = ThreadChooser(2)
+    assert run(blind, QUIET, 2000).count(1) > 0
+
+
+def test_busy_from_the_start_is_seen_in_the_first_window_by_the_cpu_share():
+    chooser = ThreadChooser(2)
+    seen = run_measured(chooser, ONE_CORE_BUSY, BUSY_CPU, 300)
+    assert seen[:WINDOW] == [2] * WINDOW and seen[WINDOW:2 * WINDOW] == [1] * WINDOW
+    assert chooser.threads == 1
+    assert seen.count(2) / len(seen) < 0.1  # against < 0.4 without CPU times
+
+
+def test_quiet_busy_quiet_with_cpu_times():
+    chooser = ThreadChooser(2)
+    run_measured(chooser, QUIET, QUIET_CPU, 200)
+    busy = run_measured(chooser, ONE_CORE_BUSY, BUSY_CPU, 400)
+    assert busy.index(1) <= WINDOW and chooser.threads == 1
+    assert busy.count(2) / len(busy) < 0.1
+    quiet_again = run_measured(chooser, QUIET, QUIET_CPU, PROBE_MOST + 4 * WINDOW)
+    assert chooser.threads == 2 and quiet_again[-WINDOW:] == [2] * WINDOW
+
+
+def test_a_low_share_that_fewer_threads_do_not_cure_backs_off():
+    """Threads that wait for something else (a GPU) show a low share, but one thread
+    fewer is no cheaper: the probes it sets off become rare, and the count stays."""
+    chooser = ThreadChooser(2)
+    seen = run_measured(chooser, QUIET, {1: 0.3, 2: 0.3}, 3000)
+    assert chooser.threads == 2
+    assert seen.count(1) / len(seen) < 0.05
+    assert 0 < BUSY_SHARE < QUIET_SHARE < 1
+
+
 def test_changing_threads_mid_reply_keeps_the_reply(q41_target, q40_draft):
     """Greedy, demo pair: a reply whose threads go 2 -> 1 -> 2 (target) and 1 -> 2 (draft)
     mid-way is token for token the reply with fixed threads."""
@@ -122,12 +183,12 @@ def test_changing_threads_mid_reply_keeps_the_reply(q41_target, q40_draft):
             self.steps = 0
             self.seen = set()
 
-        def observe_verify(self, batch, seconds):
+        def observe_verify(self, batch, seconds, cpu_seconds=None):
             self.steps += 1
             q41_target.set_threads(1 if (self.steps // 3) % 2 else 2)
             self.seen.add(("target", q41_target.threads))
 
-        def observe_draft(self, step_seconds):
+        def observe_draft(self, step_seconds, step_cpu=None):
             q40_draft.set_threads(2 if (self.steps // 2) % 2 else 1)
             self.seen.add(("draft", q40_draft.threads))
 
