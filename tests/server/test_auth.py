@@ -11,6 +11,7 @@ import pytest
 from .live_server import LiveServer, tandem
 
 KEY = "test-key-5d1f"
+ORIGIN = "https://editor.example"  # the one web origin the keyed server lets in (--cors-origin)
 
 
 def test_a_non_local_bind_without_a_key_is_refused_in_one_line():
@@ -22,7 +23,7 @@ def test_a_non_local_bind_without_a_key_is_refused_in_one_line():
 
 @pytest.fixture(scope="module")
 def keyed(demo_models):
-    live = LiveServer("--host", "0.0.0.0", "--api-key", KEY)
+    live = LiveServer("--host", "0.0.0.0", "--api-key", KEY, "--cors-origin", ORIGIN)
     live.url = live.url.replace("0.0.0.0", "127.0.0.1")
     yield live
     assert live.stop() == 0
@@ -45,6 +46,26 @@ def test_the_openai_client_with_the_key_is_served(keyed):
     assert reply.usage.completion_tokens <= 2
     with pytest.raises(AuthenticationError):
         OpenAI(base_url=keyed.base_url, api_key="wrong", max_retries=0).models.list()
+
+
+def test_cors_lets_in_the_named_origin_only(keyed):
+    """A browser's preflight (which carries no key) from the named origin is answered
+    with it; another origin's is not; the named origin's keyed request carries it too."""
+    def preflight(origin: str) -> httpx.Response:
+        return httpx.options(keyed.url + "/v1/chat/completions", timeout=60, headers={
+            "Origin": origin, "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type"})
+
+    allowed = preflight(ORIGIN)
+    assert allowed.status_code == 200 and allowed.headers["access-control-allow-origin"] == ORIGIN
+    assert "authorization" in allowed.headers["access-control-allow-headers"].lower()
+    other = preflight("https://elsewhere.example")
+    assert "access-control-allow-origin" not in other.headers
+    models = httpx.get(keyed.url + "/v1/models", timeout=60,
+                       headers={"Origin": ORIGIN, "Authorization": f"Bearer {KEY}"})
+    assert models.status_code == 200 and models.headers["access-control-allow-origin"] == ORIGIN
+    keyless = httpx.get(keyed.url + "/v1/models", timeout=60, headers={"Origin": ORIGIN})
+    assert keyless.status_code == 401  # the origin is let in, the key is still needed
 
 
 def test_ctrl_c_while_a_reply_streams_answers_it_and_stops_cleanly(keyed):
