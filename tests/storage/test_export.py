@@ -22,7 +22,8 @@ def conversation(store):
     store.add_message(conversation, "user", "Say hi in <b>bold</b> & 日本語")
     writer = store.begin_reply(conversation, {"target": "t.gguf", "draft": "d.gguf", "settings": {"top_k": 40}})
     writer.append([token_record("Hi", "accepted"), token_record(" there", "corrected", " their", 0.3125)])
-    writer.finish({"tokens": 3, "tokens_per_second": 51.25, "acceptance": 0.5, "speculative": True},
+    writer.finish({"tokens": 3, "tokens_per_second": 51.25, "acceptance": 0.5, "speculative": True,
+                   "seconds_saved": 2.125, "speedup": 1.375},
                   tokens=[token_record(" 👋", "bonus")])
     store.add_message(conversation, "user", "Again")
     cut = store.begin_reply(conversation, interval=0.0)
@@ -60,6 +61,7 @@ def test_markdown_has_roles_as_headings_and_the_texts(store, conversation):
     assert "## User\n\nSay hi in \\<b>bold\\</b> \\& 日本語" in markdown
     assert "## Assistant\n\nHi there 👋" in markdown
     assert "51.2 tokens/s" in markdown and "acceptance 50%" in markdown
+    assert "acceptance 50% · 2.1 s saved (1.38×)*" in markdown  # the window's time saved, too
     assert "## Assistant\n\nHel\n\n*reply stopped*" in markdown
 
 

@@ -212,6 +212,14 @@ def test_markdown_keeps_a_replys_own_markdown():
     assert "<strong>bold</strong>" in html and "<code>x</code>" in html
 
 
+@pytest.mark.parametrize("saved, speedup", [(float("inf"), 2.0), (float("nan"), 2.0), (1e300, 2.0),
+                                            (2.0, float("inf")), (2.0, -1.0), (2.0, float("nan"))])
+def test_markdown_leaves_out_an_imported_absurd_time_saved(saved, speedup):
+    stats = {"tokens": 4, "speculative": True, "seconds_saved": saved, "speedup": speedup}
+    markdown = to_markdown(ConversationSummary(1, "t", 0.0, 0.0), [StoredMessage(1, 1, "assistant", "Hi", stats=stats)])
+    assert "*4 tokens*" in markdown and "saved" not in markdown and "lost" not in markdown
+
+
 def test_markdown_of_a_stored_conversation_with_a_time_beyond_localtime():
     markdown = to_markdown(ConversationSummary(1, "t", 1e300, 1e300), [])
     assert "unknown time" in markdown
