@@ -240,6 +240,8 @@ class Settings:
                               _number(0.5, 3.0))
     side_panel_visible: bool = option(True, "Show the side panel (F9); kept by the window.", _flag)
     splitter_state: str = option("", "Saved widths of the window's panes (base64); kept by the window.", _text)
+    server_port: int = option(8080, "Port of the window's local server (File > Local server); kept by its dialog.",
+                              _integer(1, 65535))
 
     def __post_init__(self) -> None:
         for spec in dataclasses.fields(self):

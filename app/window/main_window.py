@@ -109,7 +109,8 @@ class MainWindow(QMainWindow):
                                          say=say, dialog_parent=self)
         self.help = HelpController(self.client, self.notices, say=say, clear_said=self.statusBar().clearMessage,
                                    dialog_parent=self)
-        self.local_server = ServerController(self.client, lambda: self.settings, dialog_parent=self)
+        self.local_server = ServerController(self.client, lambda: self.settings, dialog_parent=self,
+                                             save=self.prefs.save)
         self.models = ModelLoading(self.client, banner=self.load_banner, model_label=self.model_label,
                                    stats=self.side_panel.stats, composer=self.composer, notices=self.notices,
                                    settings=lambda: self.settings, say=say, set_title=self.setWindowTitle,

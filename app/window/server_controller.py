@@ -2,7 +2,8 @@
 requests run on the window's engine thread with the models the window loaded (one
 worker, never a second load), in turn with the chat's replies.
 
-Off at every start; the port is kept for the session. The dialog (``ServerDialog``)
+Off at every start (serving is a choice made each time); the port a start from the
+dialog used is remembered (``Settings.server_port``). The dialog (``ServerDialog``)
 shows the address with a copy button and each request served while the window is open
 (speed, acceptance, prompt reuse, its tokens' kinds in the chat's colours).
 """
@@ -53,17 +54,19 @@ class WindowJobs(JobRunner):
 class ServerController(QObject):
     served = Signal(dict)  # a request record, on the UI thread
 
-    def __init__(self, client, settings, *, dialog_parent: QWidget) -> None:
-        """``settings()``: the Settings in force (their sampling and speculation are the defaults)."""
+    def __init__(self, client, settings, *, dialog_parent: QWidget, save=None) -> None:
+        """``settings()``: the Settings in force (their sampling and speculation are the defaults);
+        ``save(changes)`` keeps the port of a start from the dialog for the next session."""
         super().__init__(dialog_parent)
         self._client = client
         self._settings = settings
+        self._save = save
         self._dialog_parent = dialog_parent
         self._jobs = WindowJobs(client)
         self._jobs.listeners.append(self.served.emit)  # engine thread -> queued to this thread
         self._server = None
         self.url = ""
-        self.port = 8080
+        self.port = settings().server_port
         self.dialog: ServerDialog | None = None
         self.action = QAction("&Local server…", dialog_parent)
         self.action.setToolTip("Serve the loaded models through an OpenAI-compatible API on this computer")
@@ -110,7 +113,12 @@ class ServerController(QObject):
     def _switch(self, on: bool, port: int) -> None:
         message = ""
         try:
-            self.start(port) if on else self.stop()
+            if on:
+                self.start(port)
+                if self._save is not None:
+                    self._save({"server_port": port})
+            else:
+                self.stop()
         except TandemError as exc:
             message = str(exc)
         if self.dialog is not None:

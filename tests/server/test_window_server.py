@@ -3,11 +3,18 @@ the models it loaded (one load), listed in the dialog as they are served."""
 
 from __future__ import annotations
 
+import socket
 import threading
 
 import pytest
 
 pytest.importorskip("PySide6")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def test_the_window_serves_its_loaded_models_without_loading_again(qtbot, demo_models):
@@ -32,12 +39,18 @@ def test_the_window_serves_its_loaded_models_without_loading_again(qtbot, demo_m
             client.load(ModelSpec())
         parent = QWidget()
         qtbot.addWidget(parent)
-        controller = ServerController(client, lambda: Settings(), dialog_parent=parent)
+        saved = []
+        controller = ServerController(client, lambda: Settings(), dialog_parent=parent, save=saved.append)
         dialog = controller.open_dialog()
         assert not dialog.enabled.isChecked() and not dialog.copy_button.isEnabled()  # off by default
-        url = controller.start(0)
-        controller._show(dialog)
-        assert dialog.address.text() == url and dialog.copy_button.isEnabled()
+        assert dialog.port.value() == Settings().server_port
+        port = free_port()
+        dialog.switched.emit(True, port)  # the switch, as the dialog sends it
+        url = controller.url
+        assert url.endswith(f":{port}/v1") and dialog.address.text() == url and dialog.copy_button.isEnabled()
+        assert saved == [{"server_port": port}]  # remembered for the next session ...
+        again = ServerController(client, lambda: Settings(server_port=port), dialog_parent=parent)
+        assert again.open_dialog().port.value() == port  # ... whose dialog offers it
 
         answers = []
         api = OpenAI(base_url=url, api_key="local", max_retries=0, timeout=600)

@@ -24,7 +24,8 @@ def test_every_setting_but_window_state_has_an_editor_with_its_description(make_
     declared = {o.name: o.description for o in options()}
     assert set(dialog.editors) == set(declared) - {"window_geometry", "show_colours", "system_prompt_presets",
                                                     "library_folders", "recent_pairs",  # kept by their own windows
-                                                    "text_zoom", "side_panel_visible", "splitter_state"}
+                                                    "text_zoom", "side_panel_visible", "splitter_state",
+                                                    "server_port"}
     for name, editor in dialog.editors.items():
         assert editor.toolTip() == declared[name]
 
