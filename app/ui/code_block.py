@@ -11,30 +11,35 @@ from app.ui.markdown_formats import Formats, monospace_font
 from app.ui.markdown_blocks import CodeBlock
 from app.ui.message_text import MessageText
 
+LIST_INDENT = 40   # pixels per list level: QTextDocument's default indentWidth, which the prose's lists use
+QUOTE_INDENT = 16  # pixels per block-quote level, as the prose's quotes
 
-class CodeBlockView(QFrame):
-    """A fenced code block: its language, a Copy button that copies exactly the code, the code."""
+
+class CodeBlockView(QWidget):
+    """A fenced code block: its language, a Copy button that copies exactly the code, the code;
+    inside a list item or a quote, indented under that item's text (``show_block``)."""
 
     copied = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setObjectName("codeBlock")
-        self.setFrameShape(QFrame.Shape.StyledPanel)
         self.code = ""
         self.language = ""
         self._highlighted = False
-        self.language_label = QLabel(self)
+        self.panel = QFrame(self)  # the framed box; this widget's margin is the block's indent
+        self.panel.setObjectName("codeBlock")
+        self.panel.setFrameShape(QFrame.Shape.StyledPanel)
+        self.language_label = QLabel(self.panel)
         self.language_label.setObjectName("codeLanguage")
         self.language_label.setTextFormat(Qt.TextFormat.PlainText)
-        self.copy_button = QToolButton(self)
+        self.copy_button = QToolButton(self.panel)
         self.copy_button.setObjectName("copyCode")
         self.copy_button.setText("Copy")
         self.copy_button.setToolTip("Copy this code")
         self.copy_button.setAutoRaise(True)
         self.copy_button.setCursor(Qt.CursorShape.PointingHandCursor)
         self.copy_button.clicked.connect(self.copy_code)
-        self.text_view = MessageText(self)
+        self.text_view = MessageText(self.panel)
         self.text_view.setObjectName("codeText")
         self.text_view.setWordWrapMode(QTextOption.WrapMode.WrapAnywhere)
         header = QHBoxLayout()
@@ -42,11 +47,18 @@ class CodeBlockView(QFrame):
         header.addWidget(self.language_label)
         header.addStretch(1)
         header.addWidget(self.copy_button)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(4, 2, 4, 4)
-        layout.setSpacing(0)
-        layout.addLayout(header)
-        layout.addWidget(self.text_view)
+        inside = QVBoxLayout(self.panel)
+        inside.setContentsMargins(4, 2, 4, 4)
+        inside.setSpacing(0)
+        inside.addLayout(header)
+        inside.addWidget(self.text_view)
+        self._outside = QHBoxLayout(self)
+        self._outside.setContentsMargins(0, 0, 0, 0)
+        self._outside.addWidget(self.panel)
+
+    @property
+    def indent(self) -> int:
+        return self._outside.contentsMargins().left()
 
     def copy_code(self) -> None:
         QGuiApplication.clipboard().setText(self.code)
@@ -58,6 +70,8 @@ class CodeBlockView(QFrame):
 
     def show_block(self, block: CodeBlock, formats: Formats) -> None:
         """Draw ``block``; when it only grew (a streaming fence) and is token-coloured, append the rest."""
+        # Under a list item's text, as the prose's list indent puts it (and a quote's margin).
+        self._outside.setContentsMargins(block.lists * LIST_INDENT + block.quote * QUOTE_INDENT, 0, 0, 0)
         highlight = not formats.style.coloured
         grew = (not highlight and not self._highlighted and block.language == self.language
                 and block.code.startswith(self.code))

@@ -51,7 +51,8 @@ class CodeBlock:
     language: str
     code: str
     runs: list[Run]
-    depth: int = 0  # list and quote nesting, for its indent
+    lists: int = 0  # enclosing lists and block quotes: the block is indented under them
+    quote: int = 0
 
 
 @dataclass

@@ -289,7 +289,7 @@ class _BlockBuilder:
             if kind == "fence":  # the code starts on the line after the opening fence
                 self.locator.pos = max(self.locator.pos, self.stream._offset(lines[0] + 1))
             runs = self._located(code, PLAIN_MARKS)
-            self.items.append(CodeBlock(language, code, runs, self._depth()))
+            self.items.append(CodeBlock(language, code, runs, len(self.lists), self.quote))
             self.item_start = False
         elif kind == "hr":
             self.locator.pos = max(self.locator.pos, self.stream._offset((token.map or [0, 0])[1]))

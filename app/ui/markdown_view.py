@@ -32,7 +32,7 @@ from PySide6.QtWidgets import QVBoxLayout, QWidget
 from app.engine.types import TokenEvent
 from app.ui.markdown_blocks import CodeBlock, Item, Paragraph, Rule, Table, TopBlock, Update
 from app.ui.markdown_render import MarkdownStream
-from app.ui.code_block import CodeBlockView
+from app.ui.code_block import QUOTE_INDENT, CodeBlockView
 from app.ui.markdown_formats import Formats
 from app.ui.message_text import MessageText
 from app.ui.token_style import TokenStyle
@@ -40,7 +40,6 @@ from app.ui.token_style import TokenStyle
 BULLETS = (QTextListFormat.Style.ListDisc, QTextListFormat.Style.ListCircle, QTextListFormat.Style.ListSquare)
 PARAGRAPH_GAP = 6
 LIST_GAP = 2
-QUOTE_INDENT = 16
 
 
 class ProseWriter:

@@ -151,6 +151,22 @@ def test_a_code_block_has_a_copy_button_that_copies_exactly_the_code(view, qapp)
                                                                               "ProseText"]
 
 
+def test_a_code_block_in_a_list_item_sits_under_the_items_text(view, qtbot):
+    text = ("Steps:\n\n1. Install it:\n\n   ```sh\n   pip install x\n   ```\n\n"
+            "   - then, nested:\n\n     ```\n     run\n     ```\n\n> quoted\n>\n> ```\n> q\n> ```\n\n"
+            "```\ntop\n```")
+    reply = stream(view, [TokenEvent(i, text[i:i + 5], TokenKind.PLAIN) for i in range(0, len(text), 5)])
+    blocks = reply.markdown_view.code_blocks()
+    assert [b.text_view.toPlainText() for b in blocks] == ["pip install x", "run", "q", "top"]
+    listed, nested, quoted, top = blocks
+    assert top.indent == 0 and listed.indent == 40  # the list text's indent
+    qtbot.waitUntil(lambda: listed.panel.geometry().left() == 40 and listed.panel.width() > 0)  # once laid out
+    assert top.panel.geometry().left() == 0
+    assert nested.indent == 80
+    assert quoted.indent == 16  # a quote's margin
+    assert listed.copy_button.isVisible() and listed.panel.width() < top.panel.width()
+
+
 def test_colours_off_highlight_code_with_pygments_and_on_again_restores_kinds(view):
     text = "```python\ndef f():\n    return 'x'\n```"
     reply = stream(view, [TokenEvent(0, text, TokenKind.ACCEPTED)])
