@@ -74,7 +74,7 @@ def cmd_check_pair(args: argparse.Namespace) -> int:
     """Compatible only when the tokenizers agree and both files survive a trial load in a
     child process (remembered per file); a file llama.cpp dies on is a one-line error."""
     from app.backends.loader import check_pair
-    from app.engine.gguf_meta import shown_name
+    from app.engine.gguf_header import shown_name
 
     result = check_pair(args.target_path, args.draft_path)
     if args.json:

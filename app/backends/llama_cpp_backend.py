@@ -19,7 +19,7 @@ import llama_cpp as ll
 import numpy as np
 
 from app.engine.errors import ContextOverflowError, EngineError, ModelFileError
-from app.engine.gguf_meta import shown_name, validate_gguf
+from app.engine.gguf_header import shown_name, validate_gguf
 
 log = logging.getLogger("tandem.llama")
 

@@ -1,6 +1,6 @@
 """Will llama.cpp survive this model file? Load it in a child process first, once per file.
 
-The validator (``app.engine.gguf_meta`` with ``gguf_rules``) refuses every lie in a
+The validator (``app.engine.gguf_header`` with ``gguf_rules``) refuses every lie in a
 GGUF file that llama.cpp is known to abort on; this is the net under it for the
 ones nobody foresaw. Before a model file is loaded for the first time,
 ``require_model_runs`` runs ``app.backends.model_trial`` on it in a child
@@ -32,7 +32,7 @@ from typing import Callable
 
 from app.backends.build_check import ROOT, _signal_name, check_llama_build, fingerprint, json_record, library_files
 from app.engine.errors import ModelFileError
-from app.engine.gguf_meta import shown_name, shown_path, validate_gguf
+from app.engine.gguf_header import shown_name, shown_path, validate_gguf
 
 CHECK_FLAG = "--check-model"  # handled first thing by app.__main__
 CACHE_NAME = "model-checks.json"

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from app.engine.errors import ModelFileError
-from app.engine.gguf_meta import ModelMetadata, read_metadata, shown_name, validate_gguf
+from app.engine.gguf_header import shown_name, validate_gguf
+from app.engine.gguf_meta import ModelMetadata, read_metadata
 
 SPLIT_PART = re.compile(r"^(?P<stem>.*)-(?P<part>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
 _QUANT_IN_NAME = re.compile(r"(?<![A-Za-z0-9])(I?Q[0-9]_[A-Z0-9_]+|I?Q[0-9]+_?[KS]?|F16|BF16|F32)(?![A-Za-z0-9])",

@@ -88,7 +88,7 @@ def test_a_hang_is_stopped_when_the_child_goes_quiet(tmp_path):
     spec, _ = CASES["rwkv-prefix-without-token"]
     path = write_model(tmp_path / "rwkv.gguf", spec)
     (tmp_path / "sitecustomize.py").write_text(
-        "import app.engine.gguf_meta as m\nm.first_violation = lambda values, alignment: None\n")
+        "import app.engine.gguf_header as m\nm.first_violation = lambda values, alignment: None\n")
     started = time.perf_counter()
     outcome = run_trial_child(path, quiet=2.0, env=dict(os.environ, PYTHONPATH=str(tmp_path)))
     assert not outcome.ok

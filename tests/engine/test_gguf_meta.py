@@ -1,4 +1,4 @@
-"""Tests of app.engine.gguf_meta: header validation, metadata, draft compatibility.
+"""Tests of app.engine.gguf_header and gguf_meta: header validation, metadata, draft compatibility.
 
 All files are real GGUF files written to tmp_path (by gguf.GGUFWriter, or byte by
 byte for the broken ones); nothing is mocked.
@@ -14,13 +14,8 @@ from pathlib import Path
 import pytest
 
 from app.engine.errors import ModelFileError
-from app.engine.gguf_meta import (
-    Compatibility,
-    ModelMetadata,
-    check_compatibility,
-    read_metadata,
-    validate_gguf,
-)
+from app.engine.gguf_header import validate_gguf
+from app.engine.gguf_meta import Compatibility, ModelMetadata, check_compatibility, read_metadata
 
 # tests/ has no __init__.py; pytest's default import mode already puts this folder on
 # sys.path, this keeps the factory importable under --import-mode=importlib too.
