@@ -8,8 +8,9 @@ import sys
 import numpy as np
 import pytest
 
+from app.engine.draft_costs import RecentCost
 from app.engine.drafters import ModelDrafter
-from app.engine.speculative import SpeculativeEngine
+from app.engine.speculative import SpeculativeEngine, plain_step_estimate
 from app.engine.types import SamplingConfig, SpecConfig, Stats
 from app.session.records import stats_from_record, stats_to_record
 from app.ui.stats_format import message_summary, time_saved
@@ -68,3 +69,21 @@ def test_a_plain_step_timed_on_a_busy_machine_cannot_exceed_the_batches_the_repl
     list(reply)
     assert 0 < reply.stats.plain_step_seconds < 1.0
     assert reply.stats.speedup is not None and reply.stats.speedup < 50
+
+
+def cost(*seconds: float) -> RecentCost:
+    recent = RecentCost()
+    for value in seconds:
+        recent.add(value)
+    return recent
+
+
+def test_the_plain_step_is_bounded_by_the_cheapest_batch_size_verified():
+    """A plain step timed while the window drew (0.1 s against a real 0.025) is capped by
+    the reply's cheapest batch size, not by the median over all its batches: mostly
+    nine-token verifications would let it stand at twice the real cost."""
+    batches = {2: cost(0.031, 0.032), 9: cost(0.05, 0.052, 0.051, 0.05, 0.049), 5: cost(0.04)}
+    assert plain_step_estimate(0.1, batches) == pytest.approx(0.0315)
+    assert plain_step_estimate(0.024, batches) == 0.024  # a real plain step stands
+    assert plain_step_estimate(0.1, {}) == 0.1            # nothing verified in batches: nothing to cap with
+    assert plain_step_estimate(None, batches) == 0.0      # never measured
