@@ -290,7 +290,7 @@ def plain_step_estimate(plain: float | None, batches: dict[int, RecentCost]) -> 
     (the window drawing the user's message, another program) cannot inflate the time
     saved beyond that; the cheapest size is the tightest such bound (a batch of 2 costs
     about 1.25 plain steps on the demo target, one of 9 about 2)."""
-    cheapest = min((cost.value for cost in batches.values() if cost.value is not None), default=None)
+    cheapest = min((cost.value for cost in batches.values()), default=None)  # each size has a step
     plain = plain or 0.0
     return min(plain, cheapest) if cheapest is not None else plain
 

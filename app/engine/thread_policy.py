@@ -64,7 +64,7 @@ class ThreadChooser:
         self.threads = min(max(start or self.most, self.least), self.most)
         self._window: dict[int, list[float]] = defaultdict(list)  # this window's seconds by batch
         self._filled = 0
-        self._cpu = self._wall = 0.0   # this window's CPU and wall seconds, for its CPU share
+        self._cpu = 0.0                # this window's CPU seconds, for its CPU share
         self._cpu_known = True         # every step of the window came with its CPU seconds
         self._share_wait = 0           # steps before the share may set off another probe down
         self._baseline: dict[int, Window] = {}       # threads -> cheapest medians seen, by batch
@@ -86,14 +86,14 @@ class ThreadChooser:
             self._cpu_known = False
         else:
             self._cpu += cpu_seconds
-            self._wall += seconds
         if self._filled < WINDOW:
             return None
         window = {b: _median(s) for b, s in self._window.items()}
-        share = self._cpu / (self._wall * self.threads) if self._cpu_known and self._wall > 0 else None
+        wall = sum(sum(s) for s in self._window.values())
+        share = self._cpu / (wall * self.threads) if self._cpu_known and wall > 0 else None
         self._window.clear()
         self._filled = 0
-        self._cpu = self._wall = 0.0
+        self._cpu = 0.0
         self._cpu_known = True
         self._share_wait -= WINDOW
         chosen = self._judge_probe(window) if self._probe else self._steady(window, share)

@@ -186,6 +186,11 @@ def _escape_html(match: re.Match) -> str:
     return backslashes + ("\\" if len(backslashes) % 2 == 0 else "") + char
 
 
+# An imported file's time saved beyond these is not a figure any reply had.
+_SAVED_MOST = 1e7     # seconds: no reply saves or loses months
+_SPEEDUP_MOST = 1e4
+
+
 def _footnote(message: StoredMessage) -> str:
     notes = []
     if message.status != MessageState.COMPLETE:
@@ -198,13 +203,10 @@ def _footnote(message: StoredMessage) -> str:
         notes.append(f"{stats['tokens_per_second']:.1f} tokens/s")
     if stats.get("speculative") and "acceptance" in stats:
         notes.append(f"acceptance {stats['acceptance']:.0%}")
-    # As the window shows it under the reply; an imported file's infinite or absurd figure is left out.
+    # As the window shows it under the reply; an infinite, NaN or absurd figure is left out.
     saved, speedup = stats.get("seconds_saved"), stats.get("speedup")
     if (stats.get("speculative") and saved is not None and speedup is not None
             and abs(saved) < _SAVED_MOST and 0 < speedup < _SPEEDUP_MOST):
         notes.append(f"{abs(saved):.1f} s {'saved' if saved >= 0 else 'lost'} ({speedup:.2f}×)")
     return " · ".join(notes)
 
-
-_SAVED_MOST = 1e7     # seconds: no reply saves or loses months
-_SPEEDUP_MOST = 1e4

@@ -7,12 +7,9 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QFont, QGuiApplication, QTextCharFormat, QTextCursor, QTextOption
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
-from app.ui.markdown_formats import Formats, monospace_font
+from app.ui.markdown_formats import LIST_INDENT, QUOTE_INDENT, Formats, monospace_font
 from app.ui.markdown_blocks import CodeBlock
 from app.ui.message_text import MessageText
-
-LIST_INDENT = 40   # pixels per list level: QTextDocument's default indentWidth, which the prose's lists use
-QUOTE_INDENT = 16  # pixels per block-quote level, as the prose's quotes
 
 
 class CodeBlockView(QWidget):

@@ -11,6 +11,10 @@ from app.ui.markdown_blocks import Marks, Run
 from app.ui.token_style import TokenStyle
 
 HEADING_SIZE = {1: 2, 2: 1, 3: 1, 4: 0, 5: 0, 6: 0}  # QTextFormat.FontSizeAdjustment per level
+# Indents in pixels, shared by the prose and the code blocks drawn beside it: a list level
+# is QTextDocument's default indentWidth (what the prose's lists use), a quote its margin.
+LIST_INDENT = 40
+QUOTE_INDENT = 16
 
 
 def monospace_font(size_from: QFont) -> QFont:

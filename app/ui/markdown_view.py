@@ -32,8 +32,8 @@ from PySide6.QtWidgets import QVBoxLayout, QWidget
 from app.engine.types import TokenEvent
 from app.ui.markdown_blocks import CodeBlock, Item, Paragraph, Rule, Table, TopBlock, Update
 from app.ui.markdown_render import MarkdownStream
-from app.ui.code_block import QUOTE_INDENT, CodeBlockView
-from app.ui.markdown_formats import Formats
+from app.ui.code_block import CodeBlockView
+from app.ui.markdown_formats import QUOTE_INDENT, Formats
 from app.ui.message_text import MessageText
 from app.ui.token_style import TokenStyle
 
