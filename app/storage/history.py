@@ -29,7 +29,7 @@ from app.vocabulary import MessageState, TokenKind
 from app.storage import paths
 from app.storage.errors import ImportCancelled, StorageError
 from app.storage.files import move_aside
-from app.storage.schema import SCHEMA_VERSION, migrate, schema_version
+from app.storage.history_db import Damaged, connect, is_damage, purge_deleted, transaction
 
 ROLES = ("user", "assistant", "system")
 TOKEN_KINDS = tuple(kind.value for kind in TokenKind)
@@ -37,12 +37,6 @@ STATUSES = tuple(state.value for state in MessageState if state is not MessageSt
 COMMIT_INTERVAL_S = 0.5
 TITLE_CHARS = 60
 IMPORT_BATCH = 2000  # messages between progress reports (and chances to stop) of an import
-
-# SQLite primary result codes that mean the file itself is damaged or not a database;
-# anything else (locked, permissions, I/O) may pass, so the file is left where it is.
-_SQLITE_CORRUPT = 11
-_SQLITE_NOTADB = 26
-_SQLITE_HEADER = b"SQLite format 3\x00"
 
 # One stored token: {"text", "kind"}, plus what the draft proposed ("draft_text",
 # "draft_prob") for a corrected one. Histories and exports from before these keys
@@ -117,10 +111,6 @@ _MESSAGE_COLUMNS = ("m.id, m.conversation_id, m.role, m.text, m.tokens, m.status
 _KEEP_LEAF = object()  # add_message's default: append to the leaf shown
 
 
-class _Damaged(Exception):
-    """The file is there but is not a usable Tandem history (reason in the message)."""
-
-
 class HistoryStore:
     """All reads and writes of the chat history. Use ``HistoryStore.open()``."""
 
@@ -144,16 +134,16 @@ class HistoryStore:
         with suppress(OSError):  # if this fails, sqlite3 says why in its own words below
             path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            return cls(_connect(path), path)
-        except (sqlite3.DatabaseError, _Damaged) as exc:
-            if not _is_damage(exc):
+            return cls(connect(path), path)
+        except (sqlite3.DatabaseError, Damaged) as exc:
+            if not is_damage(exc):
                 return cls._in_memory(
                     f"Chat history {path} could not be opened ({exc}); chats from this session will not be saved.")
             problem = exc
         try:
             kept = move_aside(path, companions=("-wal", "-shm"))
-            store = cls(_connect(path), path)
-        except (OSError, sqlite3.DatabaseError, _Damaged) as exc:
+            store = cls(connect(path), path)
+        except (OSError, sqlite3.DatabaseError, Damaged) as exc:
             return cls._in_memory(
                 f"Chat history {path} is unreadable ({problem}) and could not be replaced ({exc}); "
                 "chats from this session will not be saved.")
@@ -177,7 +167,7 @@ class HistoryStore:
 
     @classmethod
     def _in_memory(cls, notice: str) -> HistoryStore:
-        return cls(_connect(Path(":memory:")), None, notice)
+        return cls(connect(Path(":memory:")), None, notice)
 
     def close(self) -> None:
         self._db.close()
@@ -229,7 +219,7 @@ class HistoryStore:
     def purge_deleted(self) -> int:
         """Remove deleted conversations for good; returns how many."""
         with self._transaction() as db:
-            return _purge_deleted(db)
+            return purge_deleted(db)
 
     # --- messages -----------------------------------------------------------------------
 
@@ -462,7 +452,7 @@ class HistoryStore:
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         try:
-            with _transaction(self._db):
+            with transaction(self._db):
                 yield self._db
         except sqlite3.Error as exc:  # disk full, read-only, ...: one line for the user
             raise StorageError(f"Could not save chat history: {exc}") from exc
@@ -602,77 +592,6 @@ def _leaf(db: sqlite3.Connection, conversation_id: int) -> int | None:
     while leaf is not None and (child := _newest_child(db, conversation_id, leaf)) is not None:
         leaf = child
     return leaf
-
-
-def _connect(path: Path) -> sqlite3.Connection:
-    """Open, check and upgrade one database; closes it again if any of that fails."""
-    _check_header(path)
-    db = sqlite3.connect(str(path), timeout=5.0, isolation_level=None)  # transactions are explicit
-    try:
-        # Judge the file before writing to it (journal_mode rewrites the header): a file
-        # set aside should be kept exactly as it was found.
-        verdict = db.execute("PRAGMA quick_check").fetchone()[0]  # 'not a database' shows here
-        if verdict != "ok":
-            raise _Damaged(f"integrity check: {verdict}")
-        version = schema_version(db)
-        if version > SCHEMA_VERSION:
-            raise _Damaged(f"written by a newer Tandem, schema {version}")
-        if version == 0 and db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0]:
-            raise _Damaged("a database, but not a Tandem history")
-        db.execute("PRAGMA journal_mode = WAL")
-        db.execute("PRAGMA synchronous = FULL")  # a commit is on disk before the call returns
-        db.execute("PRAGMA foreign_keys = ON")
-        migrate(db)
-        with _transaction(db):
-            # Only a crash (or a kill) leaves a reply 'streaming' across a restart.
-            db.execute("UPDATE messages SET status = 'interrupted' WHERE status = 'streaming'")
-            _purge_deleted(db)  # undo only lasts for the session that deleted
-        db.create_function("tandem_contains", 2, _contains, deterministic=True)
-    except BaseException:
-        db.close()
-        raise
-    return db
-
-
-@contextmanager
-def _transaction(db: sqlite3.Connection) -> Iterator[None]:
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        if db.in_transaction:  # SQLite already rolled back after some errors (e.g. disk full)
-            db.execute("ROLLBACK")
-        raise
-    db.execute("COMMIT")
-
-
-def _purge_deleted(db: sqlite3.Connection) -> int:
-    db.execute("DELETE FROM messages WHERE conversation_id IN "
-               "(SELECT id FROM conversations WHERE deleted_at IS NOT NULL)")
-    return db.execute("DELETE FROM conversations WHERE deleted_at IS NOT NULL").rowcount
-
-
-def _check_header(path: Path) -> None:
-    # Judged before SQLite opens the file: on a non-database SQLite discards the -wal
-    # beside it when the connection closes, and that file should be set aside intact too.
-    try:
-        with open(path, "rb") as file:
-            header = file.read(len(_SQLITE_HEADER))
-    except OSError:
-        return  # missing (a new history) or unopenable: sqlite3 reports it in its own words
-    if header and header != _SQLITE_HEADER:
-        raise _Damaged("file is not a database")
-
-
-def _is_damage(exc: BaseException) -> bool:
-    if isinstance(exc, _Damaged):
-        return True
-    code = getattr(exc, "sqlite_errorcode", None)
-    return code is not None and code & 0xFF in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
-
-
-def _contains(haystack: str | None, needle: str) -> bool:
-    return needle in (haystack or "").casefold()
 
 
 def _dumps(value: Any) -> str:
