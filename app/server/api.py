@@ -35,7 +35,7 @@ _GONE = object()  # pushed into a job's output when its client disconnects
 
 
 def create_app(worker: EngineWorker, *, model_id: str, defaults: Defaults, info=None,
-               api_key: str | None = None, max_body: int = DEFAULT_MAX_BODY, cors_origins=()):
+               api_key: str | None = None, max_body: int = DEFAULT_MAX_BODY, cors_origins=(), allowed_hosts=()):
     """The ASGI application: FastAPI's routes inside the guard (and CORS when asked)."""
     app = FastAPI(title="Tandem", docs_url=None, redoc_url=None, openapi_url=None)
     created = int(time.time())
@@ -97,7 +97,7 @@ def create_app(worker: EngineWorker, *, model_id: str, defaults: Defaults, info=
         error = server_error(f"The server failed on this request: {type(exc).__name__}")
         return JSONResponse(error.body(), status_code=500)
 
-    guarded = Guard(app, api_key=api_key, max_body=max_body)
+    guarded = Guard(app, api_key=api_key, max_body=max_body, allowed_hosts=allowed_hosts, cors_origins=cors_origins)
     if not cors_origins:
         return guarded
     return CORSMiddleware(guarded, allow_origins=list(cors_origins), allow_methods=["GET", "POST", "OPTIONS"],

