@@ -198,7 +198,8 @@ def test_malformed_oversized_and_unknown_requests_are_4xx_json(server):
         for raw in (b"{", b"[1, 2]", b"\xff\xfe", b"[" * 100_000):
             response = http.post("/v1/chat/completions", content=raw, headers={"content-type": "application/json"})
             assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_json"
-        big = http.post("/v1/chat/completions", content=b"x" * (10 * 1024 * 1024))
+        big = http.post("/v1/chat/completions", content=b"x" * (10 * 1024 * 1024),
+                        headers={"content-type": "application/json"})
         assert big.status_code == 413 and big.json()["error"]["code"] == "request_too_large"
         assert http.get("/v1/nothing").status_code == 404
         assert http.get("/v1/chat/completions").json()["error"]["code"] == "method_not_allowed"

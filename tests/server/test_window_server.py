@@ -62,6 +62,15 @@ def test_the_window_serves_its_loaded_models_without_loading_again(qtbot, demo_m
         assert answers and answers[0].model == client.info.target_name
         assert dialog.requests.topLevelItem(0).text(1) == "chat"
         assert len(loads) == 1  # the server used the window's models
+        # Web pages are kept out as from `tandem serve` (tests/server/test_web_pages.py).
+        import httpx
+
+        rebound = httpx.get(url + "/models", headers={"Host": f"evil.example:{port}"}, timeout=60)
+        assert rebound.status_code == 403 and rebound.json()["error"]["code"] == "forbidden_host"
+        cross_site = httpx.post(url + "/chat/completions", content=b'{"messages": []}', timeout=60,
+                                headers={"Origin": "http://evil.example", "Content-Type": "text/plain"})
+        assert cross_site.status_code == 403 and cross_site.json()["error"]["code"] == "forbidden_origin"
+        assert dialog.requests.topLevelItemCount() == 1  # neither reached the engine
         controller.stop()
         assert controller.url == ""
     finally:
