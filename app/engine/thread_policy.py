@@ -28,10 +28,19 @@ program (demo target, 2 cores). Under ``BUSY_SHARE`` one thread fewer is tried a
 once, whatever the baseline says (a machine busy from the start needs no periodic
 probe to be found); over ``QUIET_SHARE`` no probe down is made at all, neither
 periodic nor for a slowdown (steps also get dearer as the context grows), so a quiet
-machine pays nothing for the adaptive choice. In between (one busy core of eight
+machine pays nothing for the adaptive choice. A count's first window (the first
+reply's start) is cut short after ``EARLY_STEPS`` when its share already says busy:
+each of its steps costs two to three at the right count. In between (one busy core of eight
 takes only an eighth of the share) the step costs decide as above. A probe set off by
 the share is judged like any other, so where CPU time says little (a GPU that the
 threads wait for) it costs a window now and then, backing off the same way.
+
+A probe *up* needs a free core to pay, and the process's own share cannot see one:
+where the machine's idle time can be read (``machine_idle.py``, Linux), a probe up is
+made only after a window in which at least ``IDLE_FOR_UP`` cores sat idle, so a
+machine that stays busy costs no probes up at all (issue 25 measured a fifth of the
+speed lost to them and to the first window), and one that gets quiet again is probed
+at the next scheduled look.
 
 Thread counts change only what llama.cpp's matrix products split between threads, not
 what they compute, so output is unchanged (tests/engine/test_thread_policy.py checks a
@@ -45,6 +54,8 @@ import math
 from collections import defaultdict
 from typing import Callable, Sequence
 
+from app.engine.machine_idle import MachineIdle
+
 WINDOW = 6            # steps per compared window
 SLOW = 1.3            # a window this much dearer than the quiet baseline says: busy
 GAIN = 0.93           # a probe is kept when its window costs at most this share of the last
@@ -52,6 +63,8 @@ PROBE_EVERY = 64      # steps between probes of a neighbouring count ...
 PROBE_MOST = 768      # ... doubling after each probe that did not pay, up to this
 BUSY_SHARE = 0.85     # a window whose threads got less of their cores than this: try one fewer
 QUIET_SHARE = 0.92    # ... more than this: the threads had their cores, no probe down
+EARLY_STEPS = 2       # a count's first window can be cut short by a low share after this many steps
+IDLE_FOR_UP = 0.5     # idle cores (the machine's) a probe up needs: below it, the thread has no core
 
 Window = dict[int, float]  # batch size -> median seconds
 
@@ -59,8 +72,10 @@ Window = dict[int, float]  # batch size -> median seconds
 class ThreadChooser:
     """The thread count of one model, from the seconds of its steps at each count."""
 
-    def __init__(self, most: int, least: int = 1, start: int | None = None) -> None:
+    def __init__(self, most: int, least: int = 1, start: int | None = None,
+                 idle: Callable[[], float | None] | None = None) -> None:
         self.most, self.least = max(1, most), max(1, min(least, most))
+        self._idle = idle or (lambda: None)  # the machine's idle cores since the last window
         self.threads = min(max(start or self.most, self.least), self.most)
         self._window: dict[int, list[float]] = defaultdict(list)  # this window's seconds by batch
         self._filled = 0
@@ -86,24 +101,37 @@ class ThreadChooser:
             self._cpu_known = False
         else:
             self._cpu += cpu_seconds
-        if self._filled < WINDOW:
+        if self._filled < WINDOW and not self._cut_short():
             return None
         window = {b: _median(s) for b, s in self._window.items()}
-        wall = sum(sum(s) for s in self._window.values())
-        share = self._cpu / (wall * self.threads) if self._cpu_known and wall > 0 else None
+        share = self._share()
         self._window.clear()
         self._filled = 0
         self._cpu = 0.0
         self._cpu_known = True
         self._share_wait -= WINDOW
-        chosen = self._judge_probe(window) if self._probe else self._steady(window, share)
+        idle = self._idle()
+        chosen = self._judge_probe(window) if self._probe else self._steady(window, share, idle)
         if chosen is None or chosen == self.threads:
             return None
         self.threads = chosen
         self.switches += 1
         return chosen
 
-    def _steady(self, window: Window, share: float | None = None) -> int | None:
+    def _share(self) -> float | None:
+        wall = sum(sum(s) for s in self._window.values())
+        return self._cpu / (wall * self.threads) if self._cpu_known and wall > 0 else None
+
+    def _cut_short(self) -> bool:
+        """A count's first window (a reply's start, or a count just switched to) ends after
+        ``EARLY_STEPS`` when the share already says busy: each step at a count whose
+        threads lack a core costs two to three of the right count's."""
+        if self._filled < EARLY_STEPS or self._probe or self.threads in self._baseline:
+            return False
+        share = self._share()
+        return share is not None and share < BUSY_SHARE and self.threads > self.least
+
+    def _steady(self, window: Window, share: float | None = None, idle: float | None = None) -> int | None:
         n = self.threads
         baseline = self._baseline.setdefault(n, dict(window))
         slowed = _ratio(window, baseline)
@@ -117,7 +145,10 @@ class ThreadChooser:
             return self._start_probe(n - 1, window)
         if self._since_probe < self._probe_every:
             return None
-        up, down = n + 1 <= self.most, n - 1 >= self.least and not cores_ours
+        # Up only where a core sat idle (when the machine says): a probe onto a taken core
+        # costs a window at the barrier's pace and cannot pay.
+        up = n + 1 <= self.most and (idle is None or idle >= IDLE_FOR_UP)
+        down = n - 1 >= self.least and not cores_ours
         if not (up or down):
             return None
         go_up = up and (self._next_up or not down)
@@ -195,7 +226,7 @@ def threads_for(target, draft_model=None) -> AdaptiveThreads | _FixedThreads:
     (``ThreadedBackend.adaptive_threads``); ``FIXED`` when neither did."""
     def chooser(model) -> tuple:
         if getattr(model, "adaptive_threads", False):
-            return ThreadChooser(model.threads), model.set_threads
+            return ThreadChooser(model.threads, idle=MachineIdle().idle), model.set_threads
         return None, None
 
     target_choice, draft_choice = chooser(target), chooser(draft_model)

@@ -7,8 +7,8 @@ import itertools
 
 import pytest
 
-from app.engine.thread_policy import (BUSY_SHARE, FIXED, PROBE_MOST, QUIET_SHARE, WINDOW, AdaptiveThreads,
-                                      ThreadChooser, threads_for)
+from app.engine.thread_policy import (BUSY_SHARE, EARLY_STEPS, FIXED, PROBE_EVERY, PROBE_MOST, QUIET_SHARE, WINDOW,
+                                      AdaptiveThreads, ThreadChooser, threads_for)
 
 # Seconds per step of one token at each thread count, on a 2-core machine: quiet, two
 # threads are fastest; with one core busy, two threads wait at every barrier.
@@ -132,12 +132,72 @@ def test_a_quiet_machine_with_cpu_times_is_never_probed_down():
     assert run(blind, QUIET, 2000).count(1) > 0
 
 
-def test_busy_from_the_start_is_seen_in_the_first_window_by_the_cpu_share():
+def test_busy_from_the_start_is_seen_in_the_first_steps_by_the_cpu_share():
     chooser = ThreadChooser(2)
     seen = run_measured(chooser, ONE_CORE_BUSY, BUSY_CPU, 300)
-    assert seen[:WINDOW] == [2] * WINDOW and seen[WINDOW:2 * WINDOW] == [1] * WINDOW
+    # The first window is cut short: two steps at the barrier's pace, not six.
+    assert seen[:EARLY_STEPS] == [2] * EARLY_STEPS and seen[EARLY_STEPS:EARLY_STEPS + WINDOW] == [1] * WINDOW
     assert chooser.threads == 1
     assert seen.count(2) / len(seen) < 0.1  # against < 0.4 without CPU times
+
+
+class Idle:
+    """The machine's idle cores, as ``MachineIdle.idle`` gives them, set by the test."""
+
+    def __init__(self, cores: float | None) -> None:
+        self.cores = cores
+        self.asked = 0
+
+    def __call__(self) -> float | None:
+        self.asked += 1
+        return self.cores
+
+
+def test_a_machine_that_stays_busy_costs_no_probes_up():
+    """One thread on the free core, the other taken: no core sits idle, so the periodic
+    probe up (a window at the barrier's pace each time) is never made."""
+    idle = Idle(0.02)
+    chooser = ThreadChooser(2, idle=idle)
+    seen = run_measured(chooser, ONE_CORE_BUSY, BUSY_CPU, 3000)
+    assert seen[EARLY_STEPS:] == [1] * (3000 - EARLY_STEPS) and idle.asked > 100
+    blind = ThreadChooser(2)  # the machine's idle time unknown: probes up, backing off
+    assert run_measured(blind, ONE_CORE_BUSY, BUSY_CPU, 3000).count(2) > EARLY_STEPS
+
+
+def test_a_core_that_comes_free_is_used_again_at_the_next_look():
+    idle = Idle(0.0)
+    chooser = ThreadChooser(2, idle=idle)
+    run_measured(chooser, ONE_CORE_BUSY, BUSY_CPU, 2000)
+    assert chooser.threads == 1
+    idle.cores = 0.97  # the other program ended: its core sits idle
+    quiet = run_measured(chooser, QUIET, QUIET_CPU, PROBE_EVERY + 2 * WINDOW)
+    assert chooser.threads == 2 and quiet[-WINDOW:] == [2] * WINDOW
+
+
+def test_machine_idle_reads_the_allowed_cpus_of_proc_stat(tmp_path):
+    from app.engine.machine_idle import MIN_JIFFIES, MachineIdle
+
+    stat = tmp_path / "stat"
+
+    def write(cpu0, cpu1):
+        stat.write_text("cpu  1 2 3 4 5 6 7 8 0 0\n" + "".join(
+            f"cpu{i} {busy} 0 0 {free} 0 0 0 0 0 0\n" for i, (busy, free) in enumerate((cpu0, cpu1)))
+            + "intr 1 2 3\n")
+
+    write((100, 100), (100, 100))
+    idle = MachineIdle(str(stat), cpus={0, 1})
+    write((100 + 50, 100 + 50), (100 + 100, 100))  # cpu0 half idle, cpu1 all busy
+    assert idle.idle() == pytest.approx(0.5)
+    write((150 + MIN_JIFFIES - 1, 150), (200, 100))  # too short a look to tell: unknown ...
+    assert idle.idle() is None
+    write((150 + 40, 150 + 40), (200, 100 + 80))  # ... and counted from the last real look
+    assert idle.idle() == pytest.approx(1.5)
+    only_cpu1 = MachineIdle(str(stat), cpus={1})
+    write((190 + 100, 190 + 100), (200 + 100, 180))
+    assert only_cpu1.idle() == pytest.approx(0.0)  # cpu0's idle is another container's
+    assert MachineIdle(str(tmp_path / "missing")).idle() is None
+    stat.write_text("cpu0 a b c\n")
+    assert MachineIdle(str(stat)).idle() is None
 
 
 def test_quiet_busy_quiet_with_cpu_times():
