@@ -14,6 +14,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,17 +72,77 @@ class GGUFHeader:
 def validate_gguf(path: str | os.PathLike[str]) -> GGUFHeader:
     """Check a GGUF file's structure against its size, and its metadata against what
     llama.cpp asserts (app.engine.gguf_rules); raise ModelFileError saying why not."""
-    return scan_header(Path(path), lambda key: False)[0]
+    path = Path(path)
+    passed = _PASSED.header(path)
+    return passed if passed is not None else scan_header(path, _nothing)[0]
+
+
+def _nothing(key: str) -> bool:
+    return False
 
 
 def scan_header(path: Path, wanted: Callable[[str], bool]) -> tuple[GGUFHeader, dict[str, Any]]:
     """Validate ``path`` and decode the metadata values whose keys ``wanted`` accepts
-    (and those the load-time rules read)."""
+    (and those the load-time rules read). A file that passed is not walked again for
+    the same ``wanted`` while it is unchanged (``_Passed``)."""
+    known = _PASSED.get(path, wanted)
+    if known is not None:
+        return known[0], dict(known[1])
     header, values = _walk(path, lambda key: wanted(key) or rule_keys(key))
     reason = first_violation(values, header.alignment)
     if reason:
         raise file_error(path, reason)
-    return header, values
+    _PASSED.put(path, wanted, header, values)
+    return header, dict(values)
+
+
+class _Passed:
+    """Headers that passed, by file identity (device, inode, size, modification and
+    change times: a file rewritten or replaced is another file) and by what was decoded.
+    One load asks of each model four times or more (the trial check, the pair check, the
+    backend, the library), each a walk of every token of the vocabulary (~0.2 s for the
+    demo target); a failure is never kept."""
+
+    MOST = 32
+
+    def __init__(self) -> None:
+        self._files: dict[tuple, dict[Callable, tuple[GGUFHeader, dict[str, Any]]]] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _identity(path: Path) -> tuple | None:
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        return (os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+    def get(self, path: Path, wanted: Callable) -> tuple[GGUFHeader, dict[str, Any]] | None:
+        identity = self._identity(path)
+        with self._lock:
+            return self._files.get(identity, {}).get(wanted) if identity else None
+
+    def header(self, path: Path) -> GGUFHeader | None:
+        identity = self._identity(path)
+        with self._lock:
+            scans = self._files.get(identity) if identity else None
+            return next(iter(scans.values()))[0] if scans else None
+
+    def put(self, path: Path, wanted: Callable, header: GGUFHeader, values: dict[str, Any]) -> None:
+        identity = self._identity(path)
+        if identity is None:
+            return
+        with self._lock:
+            self._files.setdefault(identity, {})[wanted] = (header, dict(values))
+            while len(self._files) > self.MOST:
+                del self._files[next(iter(self._files))]  # the oldest first
+
+    def clear(self) -> None:
+        with self._lock:
+            self._files.clear()
+
+
+_PASSED = _Passed()
 
 
 def _walk(path: Path, wanted: Callable[[str], bool]) -> tuple[GGUFHeader, dict[str, Any]]:

@@ -86,10 +86,14 @@ class Compatibility:
 # Metadata
 
 
+def _metadata_key(key: str) -> bool:  # one function, so a file's scan for it is kept (scan_header)
+    return key in _WANTED_KEYS or key.endswith(".context_length")
+
+
 def read_metadata(path: str | os.PathLike[str]) -> ModelMetadata:
     """Validate a GGUF file and read its tokenizer and a few general keys."""
     path = Path(path)
-    header, values = scan_header(path, lambda key: key in _WANTED_KEYS or key.endswith(".context_length"))
+    header, values = scan_header(path, _metadata_key)
     get = _Values(path, values)
 
     tokens = get.strings("tokenizer.ggml.tokens")

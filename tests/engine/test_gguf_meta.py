@@ -496,3 +496,30 @@ def test_demo_models_read_and_are_compatible(demo_models):
     for a, b in [(target, draft), (target, strict), (draft, strict)]:
         result = check_compatibility(a, b)
         assert result.ok, result.reason
+
+
+def test_a_passed_header_is_not_walked_again_until_the_file_changes(tmp_path, monkeypatch):
+    """One load asks of each model several times (trial check, pair check, backend,
+    library): an unchanged file that passed is walked once per kind of read; a changed
+    or replaced one is walked again, and a refused one every time."""
+    import app.engine.gguf_header as header_module
+
+    walks = []
+    walk = header_module._walk
+    monkeypatch.setattr(header_module, "_walk", lambda path, wanted: walks.append(path.name) or walk(path, wanted))
+    path = write_vocab_gguf(tmp_path / "kept.gguf", name="first")
+    for _ in range(3):
+        validate_gguf(path)
+        assert read_metadata(path).name == "first"
+    assert walks == ["kept.gguf", "kept.gguf"]  # one validation, one metadata read
+
+    replacement = write_vocab_gguf(tmp_path / "new.gguf", name="second, a longer name")
+    os.replace(replacement, path)
+    assert read_metadata(path).name == "second, a longer name" and walks[-1] == "kept.gguf" and len(walks) == 3
+
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\xff" * 60)
+    for _ in range(2):
+        with pytest.raises(ModelFileError):
+            validate_gguf(bad)
+    assert walks.count("bad.gguf") == 2
