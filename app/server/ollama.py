@@ -32,6 +32,7 @@ from app.server.worker import Delta, Job, Outcome
 
 _GONE = object()  # pushed into a job's output when its client disconnects
 RUNNING = "Ollama is running"
+SERVED = "POST /api/chat, /api/generate, /api/show; GET /api/tags, /api/ps, /api/version"
 
 
 def add_ollama_routes(app: FastAPI, worker, *, model_id: str, defaults: Defaults, info=None) -> None:
@@ -93,6 +94,12 @@ def add_ollama_routes(app: FastAPI, worker, *, model_id: str, defaults: Defaults
     @app.post("/api/generate")
     async def generate(request: Request):
         return await serve(request, "generate")
+
+    # Last: Ollama's other routes (pull, embed, create, ...) and wrong methods, in its error shape.
+    @app.api_route("/api/{rest:path}", methods=["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH"])
+    async def other(request: Request, rest: str):
+        return _error(ApiError(404, f"{request.method} /api/{rest} is not served by Tandem, which serves its "
+                                    f"loaded pair: {SERVED}"))
 
 
 async def _body(request: Request) -> dict:

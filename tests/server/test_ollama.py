@@ -178,6 +178,14 @@ def test_wrong_requests_are_refused_with_ollama_error_json(server, route, body, 
     assert isinstance(error, str) and words in error and "\n" not in error
 
 
+def test_other_ollama_routes_are_404_in_ollama_error_json(server):
+    for method, route in (("POST", "/api/pull"), ("POST", "/api/embed"), ("DELETE", "/api/delete"),
+                          ("GET", "/api/chat")):
+        response = httpx.request(method, server.url + route, json={"model": NAME}, timeout=60)
+        assert response.status_code == 404
+        assert route in response.json()["error"] and "/api/chat" in response.json()["error"]
+
+
 def test_format_is_refused_until_the_server_can_constrain_json(server):
     body = {"model": NAME, "prompt": "Reply in JSON.", "format": "json", "stream": False,
             "options": {"num_predict": 8}}
