@@ -23,7 +23,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.server.errors import ApiError
-from app.server.requests import ChatBody, CompletionBody, Defaults, JobSpec, chat_job, completion_job
+from app.server.requests import (ChatBody, CompletionBody, Defaults, JobSpec, TandemOptions, chat_job,
+                                 completion_job)
+from app.vocabulary import DRAFT_MAX_RANGE
 
 TAG = ":latest"
 # Sampling a client may send that Tandem does not have (Ollama's Modelfile parameters).
@@ -33,8 +35,7 @@ IGNORED_OPTIONS = ("num_keep", "typical_p", "repeat_last_n", "repeat_penalty", "
 # The OpenAI field an error names -> the Ollama field the client sent.
 _OLLAMA_NAMES = {"temperature": "options.temperature", "top_p": "options.top_p", "top_k": "options.top_k",
                  "min_p": "options.min_p", "seed": "options.seed", "stop": "options.stop",
-                 "max_tokens": "options.num_predict", "tandem.draft_max": "options.draft_num_predict",
-                 "prompt": "prompt"}
+                 "max_tokens": "options.num_predict"}
 
 
 class _Body(BaseModel):
@@ -49,20 +50,13 @@ class Options(_Body):
     seed: int | None = None
     num_predict: int | None = None
     stop: str | list[str] | None = None
-    draft_num_predict: int | None = None
-
-
-class TandemOptions(_Body):
-    speculative: bool | None = None
-    draft_max: int | Literal["auto"] | None = None
-    token_kinds: bool = False
+    draft_num_predict: int | None = Field(None, ge=DRAFT_MAX_RANGE[0], le=DRAFT_MAX_RANGE[1])
 
 
 class Message(_Body):
     role: Literal["system", "user", "assistant", "tool"]
     content: str | None = ""
     images: list[str] | None = None
-    tool_calls: list[Any] | None = None
 
 
 class _Request(_Body):
