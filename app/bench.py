@@ -10,7 +10,9 @@ against each fixed length prompt by prompt, so "auto beats 8" can be told from
 noise. ``--busy N`` runs everything twice, on the machine as it is and then with N
 busy-loop processes of its own (``bench_busy.py``), and sets the two side by side.
 ``--workload edit`` runs the edit requests shipped with Tandem (fix, rename, rewrite,
-translate back, over pasted code and text) instead of the default prompts.
+translate back, over pasted code and text) instead of the default prompts;
+``--workload agent`` replays multi-turn editing sessions through the HTTP API
+(``bench_agent.py``).
 ``--copy both`` runs every setting with and without copying repeats
 (``SpecConfig.copy_min``) and sets the two against each other the same way.
 Next to the measured speed-up stands the ideal for the measured acceptance α,
@@ -46,7 +48,9 @@ NO_COPY = " nocopy"  # the label suffix of a setting run without copying repeats
 DEFAULT_PROMPTS = Path(__file__).resolve().parent / "resources" / "bench_prompts.jsonl"
 # Requests that rework what they quote, where copying pays most (``--workload edit``).
 EDIT_WORKLOAD = Path(__file__).resolve().parent / "resources" / "edit_workload.jsonl"
-WORKLOADS = {"default": DEFAULT_PROMPTS, "edit": EDIT_WORKLOAD}
+# Multi-turn editing sessions, replayed through the HTTP API (``--workload agent``, bench_agent.py).
+AGENT_SESSIONS = Path(__file__).resolve().parent / "resources" / "agent_sessions.jsonl"
+WORKLOADS = {"default": DEFAULT_PROMPTS, "edit": EDIT_WORKLOAD, "agent": AGENT_SESSIONS}
 
 
 class BenchError(TandemError):
@@ -171,8 +175,15 @@ def add_parser(commands, add_model_arguments) -> None:
                        help="Spec-Bench JSONL (question_id, category, turns) or {\"prompt\"} lines "
                             "(default: the workload's prompts)")
     bench.add_argument("--workload", choices=sorted(WORKLOADS), default="default",
-                       help="prompts shipped with Tandem: default (26, two per Spec-Bench category) or "
-                            "edit (fix, rename, rewrite and translate requests over pasted code and text)")
+                       help="prompts shipped with Tandem: default (26, two per Spec-Bench category), "
+                            "edit (fix, rename, rewrite and translate requests over pasted code and text) or "
+                            "agent (5 multi-turn editing sessions replayed through the HTTP API, each turn "
+                            "resending the history; --limit: sessions)")
+    bench.add_argument("--turns", type=whole(1, what="a number of turns"), default=4,
+                       help="agent: most turns per session (default: %(default)s)")
+    bench.add_argument("--url", default=None, metavar="URL",
+                       help="agent: replay against a server already running at this /v1 address "
+                            "(default: start one in this process on the bench's models)")
     bench.add_argument("--busy", type=whole(0, 64, what="a number of processes"), default=0, metavar="N",
                        help="also run with N busy-loop processes of the bench's own and report quiet "
                             "and busy figures side by side (default: 0, as the machine is)")
@@ -398,6 +409,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from app.bench_busy import busy_cores
     from app.terminal import TerminalProgress, load
 
+    if args.workload == "agent":
+        from app.bench_agent import cmd_agent_bench
+
+        return cmd_agent_bench(args, _draft_settings(args.draft_max))
+    if args.url:
+        raise BenchError("--url applies to --workload agent only: the other workloads run the models here")
     categories = set(args.categories.split(",")) if args.categories else None
     prompts = read_prompts(prompts_path(args), args.limit, categories)
     settings = _draft_settings(args.draft_max)

@@ -9,5 +9,7 @@ A front end beside the window (docs/ARCHITECTURE.md, "Adding a front end"): it d
 - ``replies``: the OpenAI response and chunk shapes, with ``tandem`` and ``timings``;
 - ``guard``: the API key, the body cap and JSON errors for every route;
 - ``api``: the routes (FastAPI);
+- ``ollama``: Ollama's routes beside them (``ollama_requests``: its bodies as OpenAI's;
+  ``ollama_models``: the loaded pair as Ollama describes a model);
 - ``command``: the ``serve`` subcommand (options, binding, uvicorn, Ctrl+C).
 """

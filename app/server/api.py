@@ -1,5 +1,6 @@
 """The routes: ``/v1/models``, ``/v1/chat/completions``, ``/v1/completions``,
-``/health`` and ``/tandem/requests`` (the recent requests with their figures).
+``/health`` and ``/tandem/requests`` (the recent requests with their figures); Ollama's
+``/api/...`` beside them (``ollama.py``).
 
 A handler checks the body, queues a ``Job`` on the one ``EngineWorker`` and answers
 with a ``JobResponse``, which waits for the job's output: a refusal found by the engine
@@ -25,6 +26,7 @@ from starlette.responses import Response
 
 from app.server.errors import ApiError, server_error
 from app.server.guard import DEFAULT_MAX_BODY, Guard
+from app.server.ollama import add_ollama_routes
 from app.server.replies import Shapes
 from app.server.requests import Defaults, JobSpec, chat_job, completion_job, parse_json
 from app.server.worker import Delta, EngineWorker, Job, Outcome
@@ -75,6 +77,8 @@ def create_app(worker: EngineWorker, *, model_id: str, defaults: Defaults, info=
     @app.post("/v1/completions")
     async def completions(request: Request):
         return await serve(request, completion_job, "cmpl")
+
+    add_ollama_routes(app, worker, model_id=model_id, defaults=defaults, info=info)
 
     @app.exception_handler(ApiError)
     async def refused(request: Request, exc: ApiError):

@@ -1,0 +1,225 @@
+"""Ollama's API beside OpenAI's, for the many tools that speak it: ``/api/chat``,
+``/api/generate``, ``/api/tags``, ``/api/show``, ``/api/ps``, ``/api/version``, and
+``GET``/``HEAD /`` answering "Ollama is running" (what clients probe).
+
+A request is checked (``ollama_requests``), becomes the same ``JobSpec`` an OpenAI
+request would, and waits in the same queue. Replies are Ollama's: streamed unless
+``"stream": false``, as NDJSON (one object a line, the last with ``done: true``, the
+figures and a ``tandem`` object), durations in nanoseconds. Refusals are Ollama's
+``{"error": "..."}``; one found by the engine comes back with its status too, since
+nothing is sent before the job's first output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+from starlette.responses import Response
+
+from app import __version__
+from app.server.errors import ApiError
+from app.server.ollama_models import OLLAMA_API_VERSION, ModelCard, timestamp
+from app.server.ollama_requests import (ChatRequest, GenerateRequest, checked, chat_spec, generate_spec,
+                                        is_load_only, model_matches)
+from app.server.replies import tandem_figures
+from app.server.requests import Defaults, parse_json
+from app.server.worker import Delta, Job, Outcome
+
+_GONE = object()  # pushed into a job's output when its client disconnects
+RUNNING = "Ollama is running"
+SERVED = "POST /api/chat, /api/generate, /api/show; GET /api/tags, /api/ps, /api/version"
+
+
+def add_ollama_routes(app: FastAPI, worker, *, model_id: str, defaults: Defaults, info=None) -> None:
+    card: list[ModelCard] = []  # read once, on first use, off the event loop
+
+    async def model_card() -> ModelCard:
+        if not card:
+            card.append(await asyncio.to_thread(ModelCard, model_id, info, defaults))
+        return card[0]
+
+    @app.api_route("/", methods=["GET", "HEAD"])
+    async def running():
+        return PlainTextResponse(RUNNING)
+
+    @app.api_route("/api/version", methods=["GET", "HEAD"])
+    async def version():
+        return {"version": OLLAMA_API_VERSION, "tandem": __version__}
+
+    @app.api_route("/api/tags", methods=["GET", "HEAD"])
+    async def tags():
+        return {"models": [(await model_card()).listed()]}
+
+    @app.get("/api/ps")
+    async def ps():
+        return {"models": [(await model_card()).running()]}
+
+    @app.post("/api/show")
+    async def show(request: Request):
+        try:
+            body = await _body(request)
+            name = body.get("model") or body.get("name")  # "name": Ollama's older spelling
+            if not isinstance(name, str) or not name:
+                raise ApiError(400, "model is required", param="model")
+            if not model_matches(name, model_id):
+                raise ApiError(404, f"model '{name}' not found; this server serves '{model_id}:latest'")
+        except ApiError as exc:
+            return _error(exc)
+        return (await model_card()).shown()
+
+    async def serve(request: Request, kind: str) -> Response:
+        started = time.perf_counter()
+        try:
+            body = await _body(request)
+            parsed = checked(ChatRequest if kind == "chat" else GenerateRequest, body, model_id)
+            shapes = Shapes(kind, parsed.model)
+            if is_load_only(parsed):
+                return JSONResponse(shapes.loaded())
+            spec = chat_spec(parsed, defaults) if kind == "chat" else generate_spec(parsed, defaults)
+        except ApiError as exc:
+            return _error(exc)
+        job = Job(spec, asyncio.get_running_loop(), id=f"ollama-{uuid.uuid4().hex[:24]}")
+        worker.submit(job)
+        return NdjsonResponse(job, shapes, started)
+
+    @app.post("/api/chat")
+    async def chat(request: Request):
+        return await serve(request, "chat")
+
+    @app.post("/api/generate")
+    async def generate(request: Request):
+        return await serve(request, "generate")
+
+    # Last: Ollama's other routes (pull, embed, create, ...) and wrong methods, in its error shape.
+    @app.api_route("/api/{rest:path}", methods=["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH"])
+    async def other(request: Request, rest: str):
+        return _error(ApiError(404, f"{request.method} /api/{rest} is not served by Tandem, which serves its "
+                                    f"loaded pair: {SERVED}"))
+
+
+async def _body(request: Request) -> dict:
+    raw = await request.body()
+    if not raw.strip():
+        raise ApiError(400, "missing request body")
+    return parse_json(raw)
+
+
+def _error(exc: ApiError) -> JSONResponse:
+    return JSONResponse({"error": exc.message}, status_code=exc.status)
+
+
+class Shapes:
+    """The objects of one Ollama reply: a chat's ``message`` or a generation's ``response``."""
+
+    def __init__(self, kind: str, model: str) -> None:
+        self.chat = kind == "chat"
+        self.model = model  # as the client named it, as Ollama echoes it
+
+    def _text(self, text: str) -> dict:
+        if self.chat:
+            return {"message": {"role": "assistant", "content": text}}
+        return {"response": text}
+
+    def part(self, delta: Delta, token_kinds: bool) -> dict:
+        obj = {"model": self.model, "created_at": timestamp(), **self._text(delta.text), "done": False}
+        if token_kinds:
+            obj["tandem"] = {"token_kinds": list(delta.kinds)}
+        return obj
+
+    def final(self, text: str, outcome: Outcome, started: float) -> dict:
+        stats = outcome.stats
+        return {"model": self.model, "created_at": timestamp(), **self._text(text), "done": True,
+                "done_reason": "stop" if outcome.finish_reason == "stop" else "length",
+                "total_duration": _ns(time.perf_counter() - started), "load_duration": 0,
+                "prompt_eval_count": outcome.prompt_tokens, "prompt_eval_duration": _ns(stats.prompt_seconds),
+                "eval_count": outcome.completion_tokens, "eval_duration": _ns(stats.seconds),
+                "tandem": tandem_figures(outcome)}
+
+    def loaded(self) -> dict:
+        return {"model": self.model, "created_at": timestamp(), **self._text(""), "done": True,
+                "done_reason": "load"}
+
+
+def _ns(seconds: float) -> int:
+    return int(round(seconds * 1e9))
+
+
+def _line(obj) -> bytes:
+    return json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n"
+
+
+class NdjsonResponse(Response):
+    """One job's reply, whole or as NDJSON; a client that goes away cancels the job."""
+
+    def __init__(self, job: Job, shapes: Shapes, started: float) -> None:
+        super().__init__()
+        self.job, self.shapes, self.started = job, shapes, started
+
+    async def __call__(self, scope, receive, send) -> None:
+        job = self.job
+
+        async def listen() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            job.cancel.set()
+            job.output.put_nowait(_GONE)
+
+        listener = asyncio.create_task(listen())
+        try:
+            await self._respond(send)
+        except OSError:  # the client went away mid-send
+            pass
+        finally:
+            job.cancel.set()  # a reply left early stops; one that ended is not touched
+            listener.cancel()
+
+    async def _respond(self, send) -> None:
+        job, shapes = self.job, self.shapes
+        item = await job.output.get()
+        if item is _GONE:
+            return
+        if isinstance(item, ApiError):
+            await _send_whole(send, item.status, {"error": item.message})
+            return
+        if not job.spec.stream:
+            texts = []
+            while isinstance(item, Delta):
+                texts.append(item.text)
+                item = await job.output.get()
+            if isinstance(item, ApiError):
+                await _send_whole(send, item.status, {"error": item.message})
+            elif isinstance(item, Outcome):
+                await _send_whole(send, 200, shapes.final("".join(texts), item, self.started))
+            return
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/x-ndjson"), (b"cache-control", b"no-cache"),
+                                (b"x-accel-buffering", b"no")]})
+        while True:
+            if isinstance(item, Delta):
+                if item.text or (job.spec.token_kinds and item.kinds):
+                    await _send_body(send, _line(shapes.part(item, job.spec.token_kinds)))
+            elif isinstance(item, Outcome):
+                await _send_body(send, _line(shapes.final("", item, self.started)), more=False)
+                return
+            elif isinstance(item, ApiError):
+                await _send_body(send, _line({"error": item.message}), more=False)
+                return
+            else:  # the client is gone
+                return
+            item = await job.output.get()
+
+
+async def _send_body(send, body: bytes, more: bool = True) -> None:
+    await send({"type": "http.response.body", "body": body, "more_body": more})
+
+
+async def _send_whole(send, status: int, obj) -> None:
+    body = json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
