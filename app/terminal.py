@@ -171,7 +171,7 @@ def load(args: argparse.Namespace, progress: TerminalProgress | None = None):
         if progress:
             progress.done()
     if session.info.chat_format_notice:
-        print(f"tandem: {session.info.chat_format_notice}", file=sys.stderr)
+        print(f"tandem: {session.info.target_name}: {session.info.chat_format_notice}", file=sys.stderr)
     elif spec.chat_format:
         print(f"tandem: chat format: llama.cpp's '{spec.chat_format}' (chosen for this model)", file=sys.stderr)
     return session
