@@ -147,8 +147,9 @@ def chat_format(args: argparse.Namespace) -> str:
     from app.backends.llama_cpp_backend import chat_format_names
 
     names = chat_format_names()
-    if chosen == "list":
-        raise UsageError("llama.cpp's chat formats: " + ", ".join(names))
+    if chosen == "list":  # like --help: the answer, then done
+        print("\n".join(names))
+        raise SystemExit(0)
     if chosen not in names:
         raise UsageError(f"--chat-format {chosen!r} is not one of llama.cpp's chat formats: "
                          + ", ".join(names) + " (or 'file' for the file's own template)")

@@ -96,6 +96,14 @@ def test_an_unknown_format_is_one_line_naming_the_choices(home, gemma):
     assert "'gemmma' is not one of llama.cpp's chat formats" in errors[0] and "gemma, " in errors[0]
 
 
+def test_chat_format_list_names_llama_cpps_formats(home):
+    result = tandem(home, "generate", "--prompt", "hi", "--chat-format", "list")
+    assert result.returncode == 0, result.stderr
+    names = result.stdout.split()
+    assert {"gemma", "llama3", "mistral-v7", "chatml", "deepseek3"} <= set(names) and names == sorted(names)
+    assert "Loading" not in result.stderr  # answered before any model is read
+
+
 def test_chat_says_it_once(home, gemma):
     result = tandem(home, "chat", "--target", str(gemma), "--max-tokens", "2", "--no-speculation",
                     stdin="hi\nagain\n\n")
