@@ -34,6 +34,18 @@ def settings_overrides(args: argparse.Namespace) -> dict:
     return overrides
 
 
+def chat_format_override(args: argparse.Namespace, settings) -> dict:
+    """``--chat-format NAME`` for the target the window will load, as a settings override
+    (kept for the file only if the user then edits the settings)."""
+    if getattr(args, "chat_format", None) is None:
+        return {}
+    from app.storage.settings import with_chat_format
+    from app.terminal import chat_format
+
+    target = settings_overrides(args).get("target_path", settings.target_path)
+    return {"chat_formats": with_chat_format(settings, target, chat_format(args)).chat_formats}
+
+
 def has_display() -> bool:
     if not sys.platform.startswith("linux"):
         return True
@@ -62,7 +74,9 @@ def launch(args: argparse.Namespace) -> int:
         return 1
     history = HistoryStore.open()  # never raises: a bad file is set aside, with a notice
     try:
-        window = MainWindow(load_settings(), overrides=settings_overrides(args), history_store=history, first_run=True)
+        loaded = load_settings()
+        overrides = settings_overrides(args) | chat_format_override(args, loaded.settings)
+        window = MainWindow(loaded, overrides=overrides, history_store=history, first_run=True)
         window.show()
         return run_app(app)
     finally:

@@ -47,6 +47,10 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, in_command: bool = T
                        help="target layers offloaded to the GPU (default: -1, all)")
     group.add_argument("--draft-gpu-layers", "-ngld", "--n-gpu-layers-draft", type=whole(-1, 100_000), metavar="N",
                        default=default(None), help="draft layers offloaded to the GPU (default: as --gpu-layers)")
+    group.add_argument("--chat-format", "--chat-template", metavar="NAME", default=default(None),
+                       help="write prompts in llama.cpp's built-in chat format NAME (gemma, llama3, mistral-v7, "
+                            "chatml, ...; 'list' names them all), or 'file' for the file's own template "
+                            "(default: the one chosen for the file in the window, else the file's own)")
 
 
 def add_sampling_arguments(parser: argparse.ArgumentParser, *, default_draft_max: str = "5") -> None:
@@ -127,7 +131,29 @@ def model_spec(args: argparse.Namespace):
                      draft_path=str(args.draft) if args.draft else "", drafter=DrafterKind(args.drafter),
                      n_ctx=args.n_ctx,
                      target_gpu_layers=args.gpu_layers, draft_gpu_layers=draft_gpu_layers(args),
-                     n_threads=args.threads, flash_attention=args.flash_attn)
+                     n_threads=args.threads, flash_attention=args.flash_attn, chat_format=chat_format(args))
+
+
+def chat_format(args: argparse.Namespace) -> str:
+    """--chat-format, checked against llama.cpp's names; without it, the format the
+    window remembers for the target file ('' : the file's own template)."""
+    chosen = getattr(args, "chat_format", None)
+    if chosen is None:
+        from app.storage.settings import remembered_chat_format
+
+        return remembered_chat_format(str(Path(args.target).expanduser().resolve()) if args.target else "")
+    if chosen == "file":
+        return ""
+    from app.backends.llama_cpp_backend import chat_format_names
+
+    names = chat_format_names()
+    if chosen == "list":  # like --help: the answer, then done
+        print("\n".join(names))
+        raise SystemExit(0)
+    if chosen not in names:
+        raise UsageError(f"--chat-format {chosen!r} is not one of llama.cpp's chat formats: "
+                         + ", ".join(names) + " (or 'file' for the file's own template)")
+    return chosen
 
 
 def draft_gpu_layers(args: argparse.Namespace) -> int:
@@ -139,11 +165,17 @@ def load(args: argparse.Namespace, progress: TerminalProgress | None = None):
     """A ``ChatSession`` on the command line's models, with a progress bar on stderr."""
     from app.session.loading import load_session
 
+    spec = model_spec(args)
     try:
-        return load_session(model_spec(args), progress)
+        session = load_session(spec, progress)
     finally:
         if progress:
             progress.done()
+    if session.info.chat_format_notice:
+        print(f"tandem: {session.info.target_name}: {session.info.chat_format_notice}", file=sys.stderr)
+    elif spec.chat_format:
+        print(f"tandem: chat format: llama.cpp's '{spec.chat_format}' (chosen for this model)", file=sys.stderr)
+    return session
 
 
 def prompt_tokens(target, text: str, *, raw: bool, system: str = "") -> list[int]:

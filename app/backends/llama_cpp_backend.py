@@ -11,6 +11,7 @@ import collections
 import ctypes
 import logging
 import os
+import secrets
 import threading
 from pathlib import Path
 from typing import Callable, Sequence
@@ -18,7 +19,7 @@ from typing import Callable, Sequence
 import llama_cpp as ll
 import numpy as np
 
-from app.engine.errors import ContextOverflowError, EngineError, ModelFileError
+from app.engine.errors import ChatTemplateError, ContextOverflowError, EngineError, ModelFileError
 from app.engine.gguf_header import shown_name, validate_gguf
 
 log = logging.getLogger("tandem.llama")
@@ -136,6 +137,8 @@ class LlamaBackend:
         template = ll.llama_model_chat_template(self._model, None)
         self.chat_template = template.decode("utf-8") if template else None
         self.name = self._meta("general.name") or Path(shown_name(path)).stem
+        self.architecture = self._meta("general.architecture") or ""
+        self.tokenizer_pre = self._meta("tokenizer.ggml.pre") or ""
         self._tokens: list[int] = []
         self._piece_cache: dict[int, bytes] = {}
 
@@ -143,6 +146,14 @@ class LlamaBackend:
     @property
     def tokens(self) -> list[int]:
         return self._tokens
+
+    @property
+    def chat_formats(self) -> tuple[str, ...]:
+        return chat_format_names()
+
+    @staticmethod
+    def render_chat_format(name: str, messages: Sequence[dict], add_generation_prompt: bool = True) -> str:
+        return render_chat_format(name, messages, add_generation_prompt)
 
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
         data = text.encode("utf-8")
@@ -246,6 +257,94 @@ class LlamaBackend:
         buf = ctypes.create_string_buffer(512)
         n = ll.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
         return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
+
+
+class LlamaVocab:
+    """A model file's tokenizer alone (llama.cpp's ``vocab_only`` load, no weights read):
+    enough to judge its chat format (``app.engine.chat_formats``) without loading it."""
+
+    def __init__(self, path: str | Path) -> None:
+        path = Path(path)
+        validate_gguf(path)
+        _ensure_initialised()
+        self.path = path
+        params = ll.llama_model_default_params()
+        params.vocab_only = True
+        _recent_errors.clear()
+        self._model = ll.llama_model_load_from_file(os.fsencode(path), params)
+        if not self._model:
+            raise ModelFileError(f"{shown_name(path)}: llama.cpp could not read the vocabulary ({_last_error()})")
+        self._vocab = ll.llama_model_get_vocab(self._model)
+        self._piece_cache: dict[int, bytes] = {}
+        self.n_vocab = ll.llama_vocab_n_tokens(self._vocab)
+        self.bos_id, self.eos_id = ll.llama_vocab_bos(self._vocab), ll.llama_vocab_eos(self._vocab)
+        self.add_bos = bool(ll.llama_vocab_get_add_bos(self._vocab))
+        self.eog_ids = frozenset(t for t in range(self.n_vocab) if ll.llama_vocab_is_eog(self._vocab, t))
+        template = ll.llama_model_chat_template(self._model, None)
+        self.chat_template = template.decode("utf-8") if template else None
+        self.name = self._meta("general.name") or Path(shown_name(path)).stem
+        self.architecture = self._meta("general.architecture") or ""
+        self.tokenizer_pre = self._meta("tokenizer.ggml.pre") or ""
+
+    tokenize = LlamaBackend.tokenize
+    token_bytes = LlamaBackend.token_bytes
+    token_text = LlamaBackend.token_text
+    chat_formats = LlamaBackend.chat_formats
+    render_chat_format = LlamaBackend.__dict__["render_chat_format"]  # the staticmethod itself
+    _piece = LlamaBackend._piece
+    _meta = LlamaBackend._meta
+
+    def close(self) -> None:
+        if self._model:
+            ll.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+_format_names: tuple[str, ...] | None = None
+
+
+def chat_format_names() -> tuple[str, ...]:
+    """The names of llama.cpp's built-in chat formats (``llama_chat_builtin_templates``)."""
+    global _format_names
+    if _format_names is None:
+        count = ll.llama_chat_builtin_templates(None, 0)
+        names = (ctypes.c_char_p * max(count, 1))()
+        ll.llama_chat_builtin_templates(names, count)
+        _format_names = tuple(sorted(n.decode("utf-8") for n in names[:count] if n))
+    return _format_names
+
+
+def render_chat_format(name: str, messages: Sequence[dict], add_generation_prompt: bool = True) -> str:
+    """``messages`` in llama.cpp's built-in format ``name`` (``llama_chat_apply_template``).
+
+    Its messages are C strings: a NUL in a content would end it there, so NULs travel
+    as a marker that cannot occur in the text and come back after."""
+    texts = [tuple(v if isinstance(v, str) else "" for v in (m.get("role"), m.get("content"))) for m in messages]
+    nul = ""
+    if any("\0" in text for pair in texts for text in pair):
+        while not nul or any(nul in text for pair in texts for text in pair):
+            nul = f"\ue002{secrets.token_hex(8)}\ue003"
+    keep = [tuple((t.replace("\0", nul) if nul else t).encode("utf-8", "replace") for t in pair) for pair in texts]
+    chat = (ll.llama_chat_message * max(len(keep), 1))()
+    for i, (role, content) in enumerate(keep):
+        chat[i].role, chat[i].content = role, content
+    size = sum(len(r) + len(c) for r, c in keep) * 2 + 256
+    for _ in range(2):
+        buf = ctypes.create_string_buffer(size)
+        n = ll.llama_chat_apply_template(name.encode("utf-8"), chat, len(keep), add_generation_prompt, buf, size)
+        if n < 0:
+            raise ChatTemplateError(f"llama.cpp has no chat format called '{name}'")
+        if n <= size:
+            text = buf.raw[:n].decode("utf-8", "replace")
+            return text.replace(nul, "\0") if nul else text
+        size = n + 1
+    raise ChatTemplateError(f"llama.cpp's '{name}' format could not be rendered")
 
 
 # general.file_type of unquantised models: F32, F16, BF16.

@@ -24,6 +24,7 @@ from weakref import WeakKeyDictionary
 
 import jinja2
 
+from app.engine import chat_formats
 from app.engine.backend import ModelBackend
 from app.engine.errors import ChatTemplateError
 from app.engine.template_limits import (
@@ -110,7 +111,7 @@ def chatml(messages: Sequence[dict], add_generation_prompt: bool = True) -> str:
 class ChatTokens(NamedTuple):
     tokens: list[int]
     left_out: int = 0  # earliest messages left out so the conversation fits the context
-    notice: str = ""   # one line when the model's template failed and ChatML stood in
+    notice: str = ""   # one line when the model's template failed and a built-in format stood in
 
 
 class _ContentGuard:
@@ -211,18 +212,23 @@ def _is_utf8(data: bytes) -> bool:
 
 
 class _Prompter:
-    """Messages -> tokens for one model, with its template or (``template=False``) ChatML."""
+    """Messages -> tokens for one model, in its chat format (app/engine/chat_formats.py:
+    the file's template or a built-in format) or (``template=False``) the built-in
+    format a failed template falls back on."""
 
     def __init__(self, model: ModelBackend, guard: _ContentGuard | None = None, *, template: bool = True) -> None:
         self.model = model
         self.guard = guard or _guard_for(model)
-        self.template = model.chat_template if template else None
+        self.format = chat_formats.format_of(model).name if template else chat_formats.fallback_format(model)
+        self.template = model.chat_template if self.format is None else None
 
     def tokens(self, messages: Sequence[dict]) -> list[int]:
         model = self.model
         bos = model.token_text(model.bos_id) if model.bos_id >= 0 else ""
         eos = model.token_text(model.eos_id) if model.eos_id >= 0 else ""
-        text = render_chat(self.template, self.guard.protect(messages), bos_token=bos, eos_token=eos)
+        protected = self.guard.protect(messages)
+        text = (render_chat(self.template, protected, bos_token=bos, eos_token=eos) if self.format is None
+                else chat_formats.render_format(model, self.format, protected))
         # Templates usually write the BOS themselves; add it only when they did not.
         add_bos = model.add_bos and not (bos and text.startswith(bos))
         tokens = self.guard.tokenize(text)
@@ -233,12 +239,19 @@ class _Prompter:
 
 
 def template_notice(model: ModelBackend, error: ChatTemplateError) -> str:
-    """One line: which file's template failed, why, and that ChatML stood in."""
+    """One line: which file's template failed, why, and which built-in format stood in."""
     path = getattr(model, "path", None)
     name = Path(path).name if path else (model.name or "the model")
     name = name.encode("utf-8", "replace").decode("utf-8")  # a non-UTF-8 file name must still print
     reason = str(error)
-    return f"{name}: {reason[:1].lower()}{reason[1:]}; this reply used a plain ChatML prompt instead."
+    stand_in = chat_formats.format_words(chat_formats.fallback_format(model))
+    return f"{name}: {reason[:1].lower()}{reason[1:]}; this reply used {stand_in} instead."
+
+
+def template_error(template: str | None) -> str | None:
+    """Why ``template`` cannot be used at all (too long, does not compile), or None."""
+    compiled = _compile(template) if template else None
+    return str(compiled) if isinstance(compiled, ChatTemplateError) else None
 
 
 def chat_prompt(model: ModelBackend, messages: Sequence[dict]) -> ChatTokens:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, NamedTuple, Sequence
 
-from app.engine.chat import conversation_prompt, stop_renders_on
+from app.engine import chat_formats
+from app.engine.chat import conversation_prompt, stop_renders_on, template_error
 from app.engine.drafters import CopySources
 from app.engine.speculative import Generation
 from app.engine.types import COPY_MIN, DrafterKind, SamplingConfig, SpecConfig
@@ -30,6 +31,8 @@ class LoadInfo:
     compute: str = "CPU"       # llama.cpp's compute backend
     n_ctx: int = 0             # the target's context, in tokens (0: unknown)
     n_ctx_train: int = 0       # the context the target was trained on (0: unknown)
+    chat_format: str = ""      # the built-in chat format in use; '' for the file's own template
+    chat_format_notice: str = ""  # said once: no usable template in the file, which format stands in
 
 
 class ChatPrompt(NamedTuple):
@@ -56,6 +59,17 @@ class ChatSession:
     @property
     def compatibility(self):
         return self.pair.compatibility
+
+    def set_chat_format(self, chosen: str = chat_formats.FILE_OWN) -> chat_formats.ChatFormat:
+        """Write later prompts in ``chosen`` (a llama.cpp built-in format's name), or
+        with '' in the file's own template, or the built-in format that fits when the
+        file has none that works. Its notice, if any, is also in ``info``."""
+        target = self.target
+        chosen_format = chat_formats.choose_format(target, chosen,
+                                                   template_error=template_error(target.chat_template))
+        chat_formats.set_format(target, chosen_format)
+        self.info = replace(self.info, chat_format=chosen_format.name or "", chat_format_notice=chosen_format.notice)
+        return chosen_format
 
     def prompt(self, history: Sequence[tuple[str, str]], system_prompt: str, max_tokens: int,
                cancel: threading.Event | None = None) -> ChatPrompt:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.engine.types import COPY_MIN, DrafterKind, SamplingConfig, SpecConfig
-from app.storage.settings import Settings
+from app.storage.settings import Settings, chat_format_for
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,7 @@ class ModelSpec:
     draft_gpu_layers: int = -1
     n_threads: int = 0
     flash_attention: str = "auto"
+    chat_format: str = ""   # a llama.cpp built-in chat format for the target; '' its own template
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ModelSpec:
@@ -29,7 +30,8 @@ class ModelSpec:
                    drafter=DrafterKind(settings.drafter), n_ctx=settings.n_ctx,
                    target_gpu_layers=settings.target_gpu_layers,
                    draft_gpu_layers=settings.draft_gpu_layers, n_threads=settings.n_threads,
-                   flash_attention=settings.flash_attention)
+                   flash_attention=settings.flash_attention,
+                   chat_format=chat_format_for(settings, settings.target_path))
 
     @property
     def uses_demo_pair(self) -> bool:
@@ -50,3 +52,10 @@ def speculation(enabled: bool, draft_max, draft_min: int = 1, p_min: float = 0.0
     """The one mapping of a user's "copy repeated text" on/off to the engine's ``copy_min``."""
     return SpecConfig(enabled=enabled, draft_max=draft_max, draft_min=draft_min, p_min=p_min,
                       copy_min=COPY_MIN if copy else 0)
+
+
+def chat_format_names() -> tuple[str, ...]:
+    """llama.cpp's built-in chat formats, by name (for a front end to offer)."""
+    from app.backends.llama_cpp_backend import chat_format_names as names
+
+    return names()

@@ -64,4 +64,6 @@ def load_session(spec: ModelSpec, progress: Progress | None = None) -> ChatSessi
         failed_rule=compatibility.rule if compatibility is not None and not compatibility.ok else None,
         compute=system_info()["backend"],
         n_ctx=int(getattr(pair.target, "n_ctx", 0) or 0), n_ctx_train=int(getattr(pair.target, "n_ctx_train", 0) or 0))
-    return ChatSession(pair, info)
+    session = ChatSession(pair, info)
+    session.set_chat_format(spec.chat_format)
+    return session

@@ -37,6 +37,7 @@ MAX_PRESETS = 32          # all their texts together at most MAX_TEXT_CHARS, so 
 MAX_PRESET_NAME_CHARS = 80
 MAX_FOLDERS = 32
 MAX_RECENT_PAIRS = 10
+MAX_CHAT_FORMATS = 256    # files with a chat format of the user's choice
 
 # Version n -> a function turning the "settings" dict of a version-n file into version n+1.
 # Loading applies them in order; an old file with no path to the current version counts as bad.
@@ -108,6 +109,48 @@ def _paths(limit: int, per_item: int = 1) -> Check:
             raise ValueError(f"must be a list of [{', '.join(['path'] * per_item)}] entries")
         return tuple(tuple(_path(part) for part in item) for item in value)
     return check
+
+
+_FORMAT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def _chat_formats(value: Any) -> tuple[tuple[str, str], ...]:
+    """[[model path, format name], ...]: the chat format chosen per file, each file once."""
+    if not isinstance(value, (list, tuple)) or not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in value):
+        raise ValueError("must be a list of [model path, format name] pairs")
+    if len(value) > MAX_CHAT_FORMATS:
+        raise ValueError(f"must hold at most {MAX_CHAT_FORMATS} entries")
+    pairs: dict[str, str] = {}
+    for path, name in value:
+        if not isinstance(name, str) or not _FORMAT_NAME.fullmatch(name):
+            raise ValueError("must name formats with letters, digits, '.', '_' and '-'")
+        pairs[_path(path)] = name
+    return tuple(pairs.items())
+
+
+def chat_format_for(settings: Settings, model_path: str) -> str:
+    """The chat format chosen for ``model_path`` ('' : the file's own)."""
+    return dict(settings.chat_formats).get(model_path, "")
+
+
+def with_chat_format(settings: Settings, model_path: str, name: str) -> Settings:
+    """``settings`` with ``name`` as the chat format of ``model_path`` ('' forgets it);
+    the newest choices are kept when there are too many."""
+    pairs = [(p, n) for p, n in settings.chat_formats if p != model_path]
+    if name:
+        pairs.append((model_path, name))
+    return settings.replace(chat_formats=tuple(pairs[-MAX_CHAT_FORMATS:]))
+
+
+def remembered_chat_format(model_path: str, path: Path | None = None) -> str:
+    """The chat format the settings file holds for ``model_path``, read without changing
+    anything (the terminal commands use it; a bad file or entry is '')."""
+    path = Path(path) if path is not None else paths.settings_file()
+    try:
+        values = _upgrade(loads_lenient(read_regular_file(path, MAX_FILE_BYTES).decode("utf-8")))
+        return dict(_chat_formats(values.get("chat_formats", ()))).get(model_path, "")
+    except (OSError, UnreadableFile, UnicodeDecodeError, ValueError, _UnusableFile):
+        return ""
 
 
 def preset_text(settings: Settings, name: str) -> str | None:
@@ -227,6 +270,9 @@ class Settings:
     system_prompt: str = option("", "Instructions placed before every conversation.", _text)
     system_prompt_presets: tuple[tuple[str, str], ...] = option(
         (), "Named system prompts a chat can choose instead of the one above ([name, text] pairs).", _presets)
+    chat_formats: tuple[tuple[str, str], ...] = option(
+        (), "Chat format chosen per model file ([path, name] pairs: one of llama.cpp's built-in formats); "
+        "a file not listed uses its own template.", _chat_formats)
     # Library
     library_folders: tuple[str, ...] = option(
         (), "Folders of GGUF files the model library scans besides LM Studio's, Ollama's and the "

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QDialog, QFileDialog, QHBoxLay
 from app.library.drafts import DraftCandidate
 from app.library.entries import LibraryEntry, parameters_shown, size_shown
 from app.library.scan import ScanResult
+from app.ui.chat_format_chooser import ChatFormatChooser
 
 MODEL_COLUMNS = ("Model", "Source", "Architecture", "Parameters", "Quantisation", "Size", "Context", "Status")
 DRAFT_COLUMNS = ("Draft", "Verdict", "Size", "Smaller by", "Why")  # the reason last: it gets the room
@@ -40,6 +41,7 @@ class LibraryDialog(QDialog):
     target_selected = Signal(str)          # a usable entry's path: the window finds its drafts
     pair_chosen = Signal(str, str)         # target path, draft path
     check_requested = Signal(str, str)     # "Check speculation" for that pair
+    chat_format_chosen = Signal(str, str)  # model path, chat format ('' : the file's own template)
 
     def __init__(self, parent: QWidget | None = None, choose_folder: FolderChooser = _qt_folder) -> None:
         super().__init__(parent)
@@ -73,6 +75,15 @@ class LibraryDialog(QDialog):
 
         self.models = self._tree(MODEL_COLUMNS)
         self.models.itemSelectionChanged.connect(self._target_changed)
+        self.chat_format = ChatFormatChooser(parent=self)
+        self.chat_format.setToolTip("How prompts to the chosen model are written: its own chat template, "
+                                    "or one of llama.cpp's built-in formats. Remembered for the file.")
+        self.chat_format.chosen.connect(self.chat_format_chosen)
+        self.chat_format.setEnabled(False)
+        format_row = QHBoxLayout()
+        format_row.addWidget(QLabel("Chat format of the chosen model:", self))
+        format_row.addWidget(self.chat_format)
+        format_row.addStretch(1)
         self.drafts_label = QLabel("Choose a target above to see the drafts that can speculate for it.", self)
         self.drafts_label.setWordWrap(True)
         self.drafts = self._tree(DRAFT_COLUMNS)
@@ -97,12 +108,18 @@ class LibraryDialog(QDialog):
         layout.addLayout(top)
         layout.addWidget(self.status)
         layout.addWidget(self.models, 3)
+        layout.addLayout(format_row)
         layout.addWidget(self.drafts_label)
         layout.addWidget(self.drafts, 2)
         layout.addLayout(bottom)
         self._update_buttons()
 
     # --- what the window tells it ---------------------------------------------------------
+
+    def set_chat_formats(self, names: Sequence[str], choices: Sequence[Sequence[str]]) -> None:
+        """The formats on offer and those chosen per file ([path, name] pairs)."""
+        self.chat_format.set_names(names)
+        self.chat_format.set_choices(choices)
 
     def set_folders(self, folders: Sequence[str]) -> None:
         """The folders the user added, offered for removal."""
@@ -223,6 +240,8 @@ class LibraryDialog(QDialog):
         self.drafts.clear()
         path = self.selected_target()
         entry = self._entries.get(path) if path else None
+        self.chat_format.set_model(path if entry is not None and entry.usable else "")
+        self.chat_format.setEnabled(entry is not None and entry.usable)
         if entry is not None and entry.usable:
             self.drafts_label.setText(f"Looking for drafts for {entry.name}…")
             self.target_selected.emit(path)

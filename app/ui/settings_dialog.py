@@ -8,7 +8,7 @@ answers through ``show_compatibility``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
@@ -32,11 +32,13 @@ from PySide6.QtWidgets import (
 
 from app.engine.types import DrafterKind
 from app.errors import TandemError
+from app.ui.chat_format_chooser import ChatFormatChooser
 from app.storage.settings import Settings, options
 from app.vocabulary import DRAFT_MAX_RANGE
 
 LABELS = {
     "target_path": "Target model", "draft_path": "Draft model", "drafter": "Guesses from",
+    "chat_formats": "Chat format",
     "speculation": "Speculative decoding", "draft_max": "Draft length (max)", "draft_min": "Draft length (min)",
     "p_min": "Stop drafting below p", "copy_repeats": "Repeated text",
     "target_gpu_layers": "Target GPU layers",
@@ -46,7 +48,7 @@ LABELS = {
     "max_tokens": "Longest reply", "system_prompt": "System prompt",
 }
 PAGES = {
-    "Models": ("target_path", "drafter", "draft_path"),
+    "Models": ("target_path", "chat_formats", "drafter", "draft_path"),
     "Speculation": ("speculation", "draft_max", "draft_min", "p_min", "copy_repeats"),
     "Sampling": ("temperature", "top_k", "top_p", "min_p", "seed", "max_tokens"),
     "Hardware": ("target_gpu_layers", "draft_gpu_layers", "n_ctx", "n_threads", "flash_attention"),
@@ -115,12 +117,15 @@ class PathEdit(QWidget):
 class SettingsDialog(QDialog):
     compatibility_check_requested = Signal(str, str)  # target path, draft path
 
-    def __init__(self, settings: Settings, parent: QWidget | None = None) -> None:
+    def __init__(self, settings: Settings, parent: QWidget | None = None, *,
+                 chat_formats: Sequence[str] = ()) -> None:
+        """``chat_formats``: the built-in format names offered for the target (llama.cpp's)."""
         super().__init__(parent)
         self.setWindowTitle("Settings")
         self.setMinimumWidth(560)
         self._base = settings
         self.editors: dict[str, QWidget] = self._make_editors()
+        self.editors["chat_formats"].set_names(chat_formats)
         descriptions = {o.name: o.description for o in options()}
 
         self.tabs = QTabWidget(self)
@@ -170,6 +175,8 @@ class SettingsDialog(QDialog):
         self._check_timer.timeout.connect(self._request_check)
         self.load(settings)
         self.editors["target_path"].line.textChanged.connect(self._paths_changed)
+        self.editors["target_path"].line.textChanged.connect(
+            lambda: self.editors["chat_formats"].set_model(self.editors["target_path"].text()))
         self.editors["draft_path"].line.textChanged.connect(self._paths_changed)
         self.editors["drafter"].currentIndexChanged.connect(self._paths_changed)
         self.editors["speculation"].toggled.connect(self._update_enabled)
@@ -180,6 +187,7 @@ class SettingsDialog(QDialog):
     def load(self, settings: Settings) -> None:
         for name, editor in self.editors.items():
             _set_value(editor, getattr(settings, name))
+        self.editors["chat_formats"].set_model(self.editors["target_path"].text())
         self._update_enabled()
 
     def values(self) -> dict[str, Any]:
@@ -190,7 +198,8 @@ class SettingsDialog(QDialog):
         return self._base.replace(**self.values())
 
     def restore_defaults(self) -> None:
-        self.load(Settings())
+        chooser = self.editors["chat_formats"]  # other files keep the formats chosen for them
+        self.load(Settings(chat_formats=tuple(p for p in chooser.choices() if p[0] != chooser.model())))
 
     def accept(self) -> None:
         try:
@@ -260,6 +269,7 @@ class SettingsDialog(QDialog):
         system_prompt.setPlaceholderText("e.g. You are a concise assistant.")
         return {
             "target_path": PathEdit("Choose the target model", "Demo pair target (SmolLM2-135M, F32)"),
+            "chat_formats": ChatFormatChooser(),
             "drafter": drafter,
             "draft_path": PathEdit("Choose the draft model", "Demo pair draft (with the demo target)"),
             "speculation": QCheckBox("Speculate: draft tokens, then verify them in one batch"),
@@ -286,6 +296,8 @@ class SettingsDialog(QDialog):
 def _set_value(editor: QWidget, value: Any) -> None:
     if isinstance(editor, PathEdit):
         editor.setText(value)
+    elif isinstance(editor, ChatFormatChooser):
+        editor.set_choices(value)
     elif isinstance(editor, QComboBox):
         editor.setCurrentIndex(max(0, editor.findData(value)))
     elif isinstance(editor, QCheckBox):
@@ -301,6 +313,8 @@ def _set_value(editor: QWidget, value: Any) -> None:
 def _get_value(editor: QWidget) -> Any:
     if isinstance(editor, PathEdit):
         return editor.text()
+    if isinstance(editor, ChatFormatChooser):
+        return editor.choices()
     if isinstance(editor, QComboBox):
         return editor.currentData()
     if isinstance(editor, QCheckBox):

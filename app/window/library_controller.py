@@ -25,7 +25,8 @@ from app.library.drafts import find_drafts
 from app.library.entries import read_entry
 from app.library.locations import FOLDER
 from app.library.scan import ScanResult, library_locations, scan_library
-from app.storage.settings import MAX_FOLDERS, Settings, with_recent_pair
+from app.session.config import chat_format_names
+from app.storage.settings import MAX_FOLDERS, Settings, with_chat_format, with_recent_pair
 from app.ui.library_dialog import LibraryDialog
 
 log = logging.getLogger(__name__)
@@ -103,9 +104,11 @@ class LibraryController(QObject):
             dialog.target_selected.connect(self.find_drafts)
             dialog.pair_chosen.connect(self.use_pair)
             dialog.check_requested.connect(self.check_pair)
+            dialog.chat_format_chosen.connect(self.choose_chat_format)
             dialog.finished.connect(lambda _result: self._forget(dialog))
             self.dialog = dialog
         self.dialog.set_folders(self._settings().library_folders)
+        self.dialog.set_chat_formats(chat_format_names(), self._settings().chat_formats)
         if target and target not in self._extra_paths:
             self._extra_paths.append(target)
         self._pending_target = target
@@ -169,6 +172,12 @@ class LibraryController(QObject):
         self.pair_set.emit(target, draft)
         if self.dialog is not None:
             self.dialog.offer_check(target, draft)
+
+    def choose_chat_format(self, path: str, name: str) -> None:
+        """The chat format of one file, remembered (the target in use reloads with it)."""
+        self._apply(with_chat_format(self._settings(), path, name))
+        self._say(f"Chat format of {shown_name(path)}: "
+                  + (f"llama.cpp's '{name}'" if name else "the file's own template"), 5000)
 
     def remember_pair(self, settings: Settings) -> None:
         """After a change of models (Settings, a dropped file): the new pair goes first

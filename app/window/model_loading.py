@@ -23,7 +23,7 @@ from app.ui.notices import ERROR, INFO, WARNING, NoticeArea
 from app.ui.stats_panel import StatsPanel
 
 APP_NAME = "Tandem"
-LOAD_NOTICE_KEY, DRAFT_NOTICE_KEY = "load", "draft"
+LOAD_NOTICE_KEY, DRAFT_NOTICE_KEY, FORMAT_NOTICE_KEY = "load", "draft", "chat-format"
 
 
 class ModelLoading(QObject):
@@ -100,6 +100,10 @@ class ModelLoading(QObject):
             self.notices.show_notice(DRAFT_NOTICE_KEY, f"Speculation unavailable: {info.note}.", INFO)
         else:
             self.notices.clear(DRAFT_NOTICE_KEY)
+        if getattr(info, "chat_format_notice", ""):
+            self.notices.show_notice(FORMAT_NOTICE_KEY, f"{info.target_name}: {info.chat_format_notice}.", INFO)
+        else:
+            self.notices.clear(FORMAT_NOTICE_KEY)
         self._say("Models loaded", 3000)
 
     def _on_load_failed(self, message: str) -> None:

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QWidget
 
 from app.bridge.async_glue import PairChecker
 from app.errors import TandemError
+from app.session.config import chat_format_names
 from app.storage.settings import LoadedSettings, Settings, save_settings
 from app.ui.notices import ERROR, NoticeArea
 from app.ui.settings_dialog import SettingsDialog
@@ -55,7 +56,7 @@ class SettingsController(QObject):
 
     def open_dialog(self) -> SettingsDialog:
         """Open the dialog with ``open()`` (not ``exec()``: replies keep streaming); returns it."""
-        dialog = SettingsDialog(self.settings, self._dialog_parent)
+        dialog = SettingsDialog(self.settings, self._dialog_parent, chat_formats=chat_format_names())
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.compatibility_check_requested.connect(self._pair_checker.check)
         dialog.accepted.connect(lambda: self.apply(dialog.settings()))

@@ -96,7 +96,7 @@ def test_a_hostile_template_ends_quickly_in_one_line_and_chatml_stands_in(q41_ta
 
     assert elapsed < template_limits.RENDER_SECONDS + 8  # the time limit, plus a loaded machine's slack
     assert prompt.notice.startswith("hostile.gguf: the chat template ")
-    assert prompt.notice.endswith("this reply used a plain ChatML prompt instead.")
+    assert prompt.notice.endswith("this reply used llama.cpp's 'chatml' format instead.")
     assert "\n" not in prompt.notice and len(prompt.notice) < 400
     assert "Traceback" not in prompt.notice
     assert prompt.tokens == chat_prompt(Templated(q41_target, None), MESSAGES).tokens

@@ -80,7 +80,7 @@ def test_a_failing_template_still_gets_a_reply_and_says_why(hostile_window, qtbo
     notice = window.notices.notice("template")
     assert notice is not None
     assert notice.text().startswith("hostile.gguf: the chat template failed: ZeroDivisionError")
-    assert "ChatML" in notice.text()
+    assert "llama.cpp's 'chatml' format" in notice.text()
 
 
 def test_a_hanging_template_ends_at_its_time_limit_and_the_reply_comes(hostile_window, qtbot):
