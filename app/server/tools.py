@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.engine.tool_calls import CallSplitter, ToolCall
 from app.engine.tool_prompt import ToolPlan, ToolRequest
@@ -59,13 +59,31 @@ class ToolCallIn(_Body):
     function: CallFunction
 
 
-ToolChoice = Literal["auto", "none", "required"] | NamedChoice
+ToolChoice = str | dict  # checked by ``tool_request``, which says what is wrong in words
+CHOICES = ("auto", "none", "required")
+
+
+def _choice(choice: ToolChoice | None) -> str | NamedChoice | None:
+    if isinstance(choice, str):
+        if choice not in CHOICES:
+            raise ApiError(400, f"tool_choice is {choice[:40]!r}; it must be \"auto\", \"none\", \"required\" "
+                                "or {\"type\": \"function\", \"function\": {\"name\": ...}}.", param="tool_choice")
+        return choice
+    if choice is None:
+        return None
+    try:
+        return NamedChoice.model_validate(choice)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        param = ".".join(["tool_choice", *(str(part) for part in error["loc"])])
+        raise ApiError(400, f"{param}: {error['msg']}", param=param) from None
 
 
 def tool_request(tools: list[ToolDef] | None, choice: ToolChoice | None, parallel: bool | None) -> ToolRequest | None:
     """The checked request's tool fields; ``ApiError`` (400) for what cannot be served."""
+    choice = _choice(choice)
     if tools is None:
-        if choice in ("required",) or isinstance(choice, NamedChoice):
+        if choice == "required" or isinstance(choice, NamedChoice):
             raise ApiError(400, "tool_choice asks for a tool call, but the request gives no tools.",
                            param="tool_choice")
         return None
