@@ -67,13 +67,15 @@ def test_the_whole_loop_call_result_answer(client, f32_target):
     assert call.id.startswith("call_") and len(call.id) == 29
     assert isinstance(json.loads(call.function.arguments), dict)
 
-    messages = follow_up(call.id, call.function.name, call.function.arguments)
-    final = ask(client, messages, tools=[WEATHER, TIME], tool_choice="none")
+    # As agents do: the reply's own message object goes back, then the tool's result.
+    sent = [*QUESTION, choice.message, {"role": "tool", "tool_call_id": call.id, "content": RESULT}]
+    final = ask(client, sent, tools=[WEATHER, TIME], tool_choice="none")
     answer = final.choices[0]
     assert answer.finish_reason in ("stop", "length") and answer.message.content and not answer.message.tool_calls
 
     # The server rendered the call and its result as the engine does, with Tandem's tool
     # prompt (the demo's template knows no tools) and the result as a tool response.
+    messages = follow_up(call.id, call.function.name, call.function.arguments)
     body = {"messages": messages, "tools": [WEATHER, TIME], "tool_choice": "none", "max_tokens": 64}
     spec = chat_job(body, Defaults())
     prompt = conversation_prompt(f32_target, spec.history, spec.system, spec.max_tokens, spec.tools)
