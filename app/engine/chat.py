@@ -13,6 +13,7 @@ Only the template's own scaffolding becomes control tokens.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import secrets
@@ -27,6 +28,7 @@ import jinja2
 from app.engine import chat_formats
 from app.engine.backend import ModelBackend
 from app.engine.errors import ChatTemplateError
+from app.engine.tool_prompt import ToolPlan, ToolRequest, prepare, tool_plan
 from app.engine.template_limits import (
     OUTPUT_BASE_CHARS,
     BoundedEnvironment,
@@ -77,20 +79,25 @@ def _compile(source: str) -> jinja2.Template | ChatTemplateError:
 
 
 def render_chat(template: str | None, messages: Sequence[dict], *, bos_token: str = "",
-                eos_token: str = "", add_generation_prompt: bool = True) -> str:
+                eos_token: str = "", add_generation_prompt: bool = True, tools: list[dict] | None = None) -> str:
     """The conversation as the template writes it; raises ChatTemplateError (one line) for
-    whatever goes wrong, and RenderStopped when the render is stopped (``stop_renders_on``)."""
+    whatever goes wrong, and RenderStopped when the render is stopped (``stop_renders_on``).
+    ``tools``: the template's ``tools`` (tool_prompt.py), left undefined when None."""
     if template is None:
         return chatml(messages, add_generation_prompt)
     compiled = _compile(template)
     if isinstance(compiled, ChatTemplateError):
         raise ChatTemplateError(str(compiled))  # a fresh one: the cached one would gather tracebacks
     contents = sum(len(m.get("content") or "") for m in messages if isinstance(m.get("content"), str))
+    contents += _json_size(tools) + sum(_json_size(m.get("tool_calls")) for m in messages)
     limit = (OUTPUT_BASE_CHARS + OUTPUT_PER_CONTENT_CHAR * contents + OUTPUT_PER_MESSAGE * len(messages)
              + 2 * (len(bos_token) + len(eos_token)))
+    context = dict(messages=list(messages), bos_token=bos_token, eos_token=eos_token,
+                   add_generation_prompt=add_generation_prompt)
+    if tools is not None:
+        context["tools"] = tools
     try:
-        text = render_bounded(compiled, dict(messages=list(messages), bos_token=bos_token, eos_token=eos_token,
-                                             add_generation_prompt=add_generation_prompt), output_chars=limit)
+        text = render_bounded(compiled, context, output_chars=limit)
         if _LONE_SURROGATE.search(text):  # '\ud800' in a template's string: no UTF-8 for the tokenizer
             raise TemplateLimitError("its output holds a lone surrogate, which is no character")
         return text
@@ -100,6 +107,10 @@ def render_chat(template: str | None, messages: Sequence[dict], *, bos_token: st
         raise ChatTemplateError(f"The chat template went over its limits: {_reason(exc)}") from None
     except Exception as exc:  # noqa: BLE001 — 1/0, 1+'a', recursion, undefined names, ...
         raise ChatTemplateError(f"The chat template failed: {_reason(exc)}") from None
+
+
+def _json_size(value) -> int:
+    return 0 if not value else len(json.dumps(value, ensure_ascii=False, default=str))
 
 
 def chatml(messages: Sequence[dict], add_generation_prompt: bool = True) -> str:
@@ -112,6 +123,7 @@ class ChatTokens(NamedTuple):
     tokens: list[int]
     left_out: int = 0  # earliest messages left out so the conversation fits the context
     notice: str = ""   # one line when the model's template failed and a built-in format stood in
+    tools: ToolPlan | None = None  # how the reply is read for tool calls (tool_prompt.py)
 
 
 class _ContentGuard:
@@ -139,8 +151,20 @@ class _ContentGuard:
         self._special: dict[int, bool] = {}
 
     def protect(self, messages: Sequence[dict]) -> list[dict]:
-        return [dict(m, content=self._protect(m["content"])) if isinstance(m.get("content"), str) else m
-                for m in messages]
+        protected = [dict(m, content=self._protect(m["content"])) if isinstance(m.get("content"), str) else m
+                     for m in messages]
+        return [dict(m, tool_calls=self.protect_tree(m["tool_calls"])) if m.get("tool_calls") else m
+                for m in protected]
+
+    def protect_tree(self, value):
+        """Every text in a JSON-like value (tools, calls' arguments), guarded as contents are."""
+        if isinstance(value, str):
+            return self._protect(value)
+        if isinstance(value, dict):
+            return {self.protect_tree(k): self.protect_tree(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.protect_tree(v) for v in value]
+        return value
 
     def tokenize(self, text: str) -> list[int]:
         tokenize = self._model.tokenize
@@ -216,26 +240,35 @@ class _Prompter:
     the file's template or a built-in format) or (``template=False``) the built-in
     format a failed template falls back on."""
 
-    def __init__(self, model: ModelBackend, guard: _ContentGuard | None = None, *, template: bool = True) -> None:
+    def __init__(self, model: ModelBackend, guard: _ContentGuard | None = None, *, template: bool = True,
+                 tools: ToolRequest | None = None) -> None:
         self.model = model
         self.guard = guard or _guard_for(model)
         self.format = chat_formats.format_of(model).name if template else chat_formats.fallback_format(model)
         self.template = model.chat_template if self.format is None else None
+        self.tools = tools
+        self.plan: ToolPlan | None = tool_plan(self.template, tools, render_chat)
 
     def tokens(self, messages: Sequence[dict]) -> list[int]:
         model = self.model
         bos = model.token_text(model.bos_id) if model.bos_id >= 0 else ""
         eos = model.token_text(model.eos_id) if model.eos_id >= 0 else ""
+        messages, tools = prepare(messages, self.tools, self.template, render_chat)
         protected = self.guard.protect(messages)
-        text = (render_chat(self.template, protected, bos_token=bos, eos_token=eos) if self.format is None
-                else chat_formats.render_format(model, self.format, protected))
+        if self.format is None:
+            text = render_chat(self.template, protected, bos_token=bos, eos_token=eos,
+                               tools=None if tools is None else self.guard.protect_tree(tools))
+        else:  # a built-in format: tools went into the system prompt (prepare, with no template)
+            text = chat_formats.render_format(model, self.format, protected)
+        if self.plan is not None:
+            text += self.plan.prefill  # a forced call's opening: the reply goes on from it
         # Templates usually write the BOS themselves; add it only when they did not.
         add_bos = model.add_bos and not (bos and text.startswith(bos))
         tokens = self.guard.tokenize(text)
         return [model.bos_id, *tokens] if add_bos else tokens
 
     def fallback(self) -> _Prompter:
-        return _Prompter(self.model, self.guard, template=False)
+        return _Prompter(self.model, self.guard, template=False, tools=self.tools)
 
 
 def template_notice(model: ModelBackend, error: ChatTemplateError) -> str:
@@ -272,10 +305,11 @@ def chat_tokens(model: ModelBackend, messages: Sequence[dict]) -> list[int]:
     return prompt.tokens
 
 
-def build_messages(history: Sequence[tuple[str, str]], system_prompt: str = "") -> list[dict]:
-    """[(role, text), ...] -> the messages list templates expect."""
+def build_messages(history: Sequence[tuple[str, str] | dict], system_prompt: str = "") -> list[dict]:
+    """[(role, text), ...] -> the messages list templates expect; a message given as a
+    dict (an assistant's ``tool_calls``, a ``tool`` result) is taken as it is."""
     messages = [{"role": "system", "content": system_prompt}] if system_prompt.strip() else []
-    messages += [{"role": role, "content": text} for role, text in history]
+    messages += [item if isinstance(item, dict) else {"role": item[0], "content": item[1]} for item in history]
     return messages
 
 
@@ -312,20 +346,22 @@ def fit_conversation(history: Sequence[tuple[str, str]], system_prompt: str,
     return fitting or (tokens_after(cuts[-1]), cuts[-1])
 
 
-def conversation_prompt(model: ModelBackend, history: Sequence[tuple[str, str]], system_prompt: str,
-                        max_tokens: int) -> ChatTokens:
+def conversation_prompt(model: ModelBackend, history: Sequence[tuple[str, str] | dict], system_prompt: str,
+                        max_tokens: int, tools: ToolRequest | None = None) -> ChatTokens:
     """The chat as the model will see it, how many of its earliest messages were left
     out, and a notice when its template failed. Room is kept for the reply: its length
     limit, but at most half the context, so a generous limit does not push out the whole
     conversation. A template that fails on any render is dropped for the whole chat, so
-    the cut is judged on one kind of prompt."""
+    the cut is judged on one kind of prompt. ``tools``: the request's tools, rendered
+    with the conversation (tool_prompt.py); the plan for reading the reply comes back."""
     budget = model.n_ctx - max(1, min(max_tokens, model.n_ctx // 2))
-    prompter = _Prompter(model)
+    prompter = _Prompter(model, tools=tools)
     try:
-        return ChatTokens(*fit_conversation(history, system_prompt, prompter.tokens, budget))
+        return ChatTokens(*fit_conversation(history, system_prompt, prompter.tokens, budget), "", prompter.plan)
     except ChatTemplateError as exc:
         notice = template_notice(model, exc)
-    return ChatTokens(*fit_conversation(history, system_prompt, prompter.fallback().tokens, budget), notice)
+    fallback = prompter.fallback()
+    return ChatTokens(*fit_conversation(history, system_prompt, fallback.tokens, budget), notice, fallback.plan)
 
 
 def conversation_tokens(model: ModelBackend, history: Sequence[tuple[str, str]], system_prompt: str,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import json
 import re
 import string
 import threading
@@ -393,6 +394,14 @@ def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
 
 
+def _tojson(value: Any, indent: Any = None, separators: Any = None, sort_keys: bool = False,
+            ensure_ascii: bool = False) -> str:
+    """``tojson`` as Hugging Face renders it, so a model sees the JSON it was trained on:
+    keys in their order, text unescaped (Jinja's own sorts keys and writes ``<`` as
+    ``\\u003c``). What a client sent is guarded as content is (chat.py) before it gets here."""
+    return json.dumps(value, indent=indent, separators=separators, sort_keys=sort_keys, ensure_ascii=ensure_ascii)
+
+
 # --- the environment ----------------------------------------------------------------------
 
 _TICK = "tandem_tick"  # an EnvironmentAttribute by this name compiles to a tick
@@ -442,7 +451,7 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(finalize=self._finalize, **options)
-        self.filters = {name: _bounded_filter(name, f) for name, f in self.filters.items()}
+        self.filters = {name: _bounded_filter(name, f) for name, f in {**self.filters, "tojson": _tojson}.items()}
         self.globals.update(range=_range, lipsum=_lipsum, strftime_now=_strftime_now)
 
     @staticmethod

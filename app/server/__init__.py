@@ -7,6 +7,7 @@ A front end beside the window (docs/ARCHITECTURE.md, "Adding a front end"): it d
 - ``requests``: the request bodies (pydantic), checked and turned into a ``JobSpec``;
 - ``worker``: one thread owns the loaded pair and runs jobs first come, first served;
 - ``replies``: the OpenAI response and chunk shapes, with ``tandem`` and ``timings``;
+- ``tools``: tool calls: the request's tool fields checked, the reply's calls read;
 - ``guard``: the API key, the body cap and JSON errors for every route;
 - ``api``: the routes (FastAPI);
 - ``ollama``: Ollama's routes beside them (``ollama_requests``: its bodies as OpenAI's;

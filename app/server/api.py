@@ -29,6 +29,7 @@ from app.server.guard import DEFAULT_MAX_BODY, Guard
 from app.server.ollama import add_ollama_routes
 from app.server.replies import Shapes
 from app.server.requests import Defaults, JobSpec, chat_job, completion_job, parse_json
+from app.server.tools import CallItem
 from app.server.worker import Delta, EngineWorker, Job, Outcome
 
 log = logging.getLogger(__name__)
@@ -146,14 +147,14 @@ class JobResponse(Response):
             await _send_json(send, item.status, item.body())
             return
         if not job.spec.stream:
-            texts = []
-            while isinstance(item, Delta):
-                texts.append(item.text)
+            texts, calls = [], []
+            while isinstance(item, (Delta, CallItem)):
+                (texts.append(item.text) if isinstance(item, Delta) else calls.append(item))
                 item = await job.output.get()
             if isinstance(item, ApiError):
                 await _send_json(send, item.status, item.body())
             elif isinstance(item, Outcome):
-                await _send_json(send, 200, shapes.whole("".join(texts), item))
+                await _send_json(send, 200, shapes.whole("".join(texts), item, calls))
             return
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream; charset=utf-8"),
@@ -164,6 +165,8 @@ class JobResponse(Response):
         while True:
             if isinstance(item, Delta):
                 await _send_body(send, _sse(shapes.delta(item, job.spec.token_kinds)))
+            elif isinstance(item, CallItem):
+                await _send_body(send, b"".join(_sse(c) for c in shapes.call_chunks(item, job.spec.token_kinds)))
             elif isinstance(item, Outcome):
                 chunks = _sse(shapes.closing(item))
                 if job.spec.include_usage:

@@ -67,10 +67,12 @@ class Shapes:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
                 "system_fingerprint": FINGERPRINT}
 
-    def whole(self, text: str, outcome: Outcome) -> dict:
+    def whole(self, text: str, outcome: Outcome, calls=()) -> dict:
         if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                      "finish_reason": outcome.finish_reason}
+            message = {"role": "assistant", "content": text}
+            if calls:  # tools.CallItem: OpenAI gives no content beside calls unless there was some
+                message = {"role": "assistant", "content": text or None, "tool_calls": [c.openai() for c in calls]}
+            choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": outcome.finish_reason}
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": outcome.finish_reason}
         return {**self._head(self.object), "choices": [choice], "usage": usage(outcome),
@@ -92,6 +94,19 @@ class Shapes:
         if token_kinds:
             chunk["tandem"] = {"token_kinds": list(delta.kinds)}
         return chunk
+
+    def call_chunks(self, item, token_kinds: bool) -> list[dict]:
+        """A whole tool call (tools.CallItem) as OpenAI streams one: a chunk with its id,
+        type and name, then one with its arguments."""
+        chunks = []
+        for piece in item.chunks():
+            chunk = self._chunk(None, None)
+            chunk["choices"][0]["delta"] = {"tool_calls": [piece]}
+            chunks.append(chunk)
+        if token_kinds:
+            chunks[0]["tandem"] = {"token_kinds": list(item.kinds)}
+            chunks[1]["tandem"] = {"token_kinds": []}
+        return chunks
 
     def closing(self, outcome: Outcome) -> dict:
         chunk = self._chunk(None, outcome.finish_reason)

@@ -16,7 +16,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.engine.types import SamplingConfig, SpecConfig
+from app.engine.tool_prompt import ToolRequest
 from app.server.errors import ApiError
+from app.server.tools import ToolCallIn, ToolChoice, ToolDef, history_entry, tool_request
 from app.vocabulary import DRAFT_MAX_RANGE
 
 MAX_STOPS = 4         # as OpenAI
@@ -46,6 +48,9 @@ class ContentPart(_Body):
 class Message(_Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
+    tool_calls: list[ToolCallIn] | None = None   # tools.py
+    tool_call_id: str | None = None
+    name: str | None = None
 
 
 class _Common(_Body):
@@ -67,6 +72,9 @@ class _Common(_Body):
 class ChatBody(_Common):
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
+    tools: list[ToolDef] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
 
 
 class CompletionBody(_Common):
@@ -95,10 +103,12 @@ class JobSpec:
     stream: bool = False
     include_usage: bool = False
     token_kinds: bool = False
-    history: tuple[tuple[str, str], ...] = ()  # chat: the messages after the system prompt
+    history: tuple = ()                        # chat: the messages after the system prompt
+                                               # ((role, text), or a dict: tools.history_entry)
     system: str = ""
     prompt: str = ""                           # completion: the raw prompt text
     speculation_refused: bool = False          # the request itself turned speculation off
+    tools: ToolRequest | None = None           # chat: tools, tool_choice (tools.py)
 
 
 def parse_json(raw: bytes) -> dict:
@@ -116,20 +126,21 @@ def parse_json(raw: bytes) -> dict:
 def chat_job(body: dict, defaults: Defaults) -> JobSpec:
     checked = _validate(ChatBody, body)
     system_parts: list[str] = []
-    history: list[tuple[str, str]] = []
+    history: list = []
     for index, message in enumerate(checked.messages):
         text = _content_text(message, index)
         role = "system" if message.role == "developer" else message.role
         if role == "system" and not history:
             system_parts.append(text)   # leading system messages: the system prompt
         else:
-            history.append((role, text))
+            history.append(history_entry(role, text, message, index))
     system = "\n\n".join(system_parts)
     if not history:  # only a system prompt: it is the whole conversation
         history, system = [("system", system)], ""
     requested = checked.max_completion_tokens if checked.max_completion_tokens is not None else checked.max_tokens
     param = "max_completion_tokens" if checked.max_completion_tokens is not None else "max_tokens"
-    return _job("chat", checked, defaults, requested, param, history=tuple(history), system=system)
+    tools = tool_request(checked.tools, checked.tool_choice, checked.parallel_tool_calls)
+    return _job("chat", checked, defaults, requested, param, history=tuple(history), system=system, tools=tools)
 
 
 def completion_job(body: dict, defaults: Defaults) -> JobSpec:

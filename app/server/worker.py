@@ -33,6 +33,7 @@ from app.engine.types import Stats, StopReason
 from app.errors import TandemError
 from app.server.errors import ApiError, server_error
 from app.server.requests import JobSpec
+from app.server.tools import CallItem, ToolReader
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ class Job:
     enqueued: float = 0.0
 
     def push(self, item) -> None:
-        """Hand ``item`` (Delta, Outcome or ApiError) to the request's loop, from any thread."""
+        """Hand ``item`` (Delta, CallItem, Outcome or ApiError) to the request's loop, from any thread."""
         try:
             self.loop.call_soon_threadsafe(self.output.put_nowait, item)
         except RuntimeError:  # the loop is gone (the server is shutting down)
@@ -235,13 +236,16 @@ def _skipped(job: Job) -> Outcome:
 def _reply(session, job: Job, served: int, queued: float) -> Outcome:
     spec = job.spec
     if spec.kind == "chat":
-        prompt = session.prompt(spec.history, spec.system, spec.max_tokens, job.cancel)
+        extra = {"tools": spec.tools} if spec.tools is not None else {}
+        prompt = session.prompt(spec.history, spec.system, spec.max_tokens, job.cancel, **extra)
     else:
         from app.session.chat import ChatPrompt
 
         # Raw text, never control tokens: a '<|im_end|>' in it stays text.
         prompt = ChatPrompt(session.target.tokenize(spec.prompt, add_special=True, parse_special=False))
     generation = session.generate(prompt, spec.sampling, spec.spec, spec.max_tokens, job.cancel)
+    plan = getattr(prompt, "tools", None)
+    reader = ToolReader(plan, session.target) if plan is not None else None
     matcher = StopMatcher(spec.stop)
     kinds: Counter = Counter()
     pending: list[str] = []
@@ -252,27 +256,51 @@ def _reply(session, job: Job, served: int, queued: float) -> Outcome:
             count += 1
             kinds[event.kind.value] += 1
             pending.append(event.kind.value)
-            text, hit = matcher.feed(event.text)
-            if text:
+            text, hit = matcher.feed(reader.text_of(event.id, event.text) if reader else event.text)
+            if text and reader is None:
                 job.push(Delta(text, tuple(pending)))
                 pending = []
+            elif text:
+                pending = _emit(job, reader.feed(text), pending)
             if hit:
                 finish = "stop"
                 break
             if job.cancel.is_set():
                 finish = "cancelled"
                 break
+            if reader is not None and reader.done:
+                finish = "tool_calls"  # the one call wanted is whole: no need to write on
+                break
         else:
             tail = matcher.flush()
+            if reader is not None:
+                pending = _emit(job, reader.feed(tail) + reader.finish(), pending)
+                tail = ""
             if tail or pending:
                 job.push(Delta(tail, tuple(pending)))
+        if reader is not None and finish is not None:
+            pending = _emit(job, reader.finish(), pending)
+            if pending:
+                job.push(Delta("", tuple(pending)))
     finally:
         events.close()
     stats = generation.stats
     if finish is None:
         finish = {StopReason.EOS: "stop", StopReason.CANCELLED: "cancelled"}.get(stats.stop_reason, "length")
+    if reader is not None and reader.made and finish == "stop":
+        finish = "tool_calls"
     return Outcome(finish, count, stats.prompt_tokens, max(0, stats.prompt_tokens - stats.prompt_eval_tokens),
                    stats, kinds, job.arrival, served, queued, spec.speculation_refused)
+
+
+def _emit(job: Job, items: list, pending: list[str]) -> list[str]:
+    """Push a tool reader's content and calls, the kinds so far with the first; what is
+    left of the kinds when nothing was pushed (text held back) is returned."""
+    for item in items:
+        job.push(Delta(item, tuple(pending)) if isinstance(item, str) else
+                 CallItem(item.index, item.id, item.call, tuple(pending)))
+        pending = []
+    return pending
 
 
 def request_record(job: Job, outcome: Outcome) -> dict:

@@ -39,6 +39,7 @@ class ChatPrompt(NamedTuple):
     tokens: list[int]
     left_out: int = 0  # earliest messages left out so the conversation fits the context
     notice: str = ""   # one line when the model's chat template failed and ChatML stood in
+    tools: object = None  # engine.tool_prompt.ToolPlan: how the reply is read for tool calls
 
 
 class ChatSession:
@@ -71,14 +72,15 @@ class ChatSession:
         self.info = replace(self.info, chat_format=chosen_format.name or "", chat_format_notice=chosen_format.notice)
         return chosen_format
 
-    def prompt(self, history: Sequence[tuple[str, str]], system_prompt: str, max_tokens: int,
-               cancel: threading.Event | None = None) -> ChatPrompt:
+    def prompt(self, history: Sequence[tuple[str, str] | dict], system_prompt: str, max_tokens: int,
+               cancel: threading.Event | None = None, tools=None) -> ChatPrompt:
         """The conversation as tokens, with room left for a reply of ``max_tokens``.
 
         The model's chat template runs here, bounded; setting ``cancel`` ends a render
-        (``RenderStopped``), so Stop and quit work while a hostile template renders."""
+        (``RenderStopped``), so Stop and quit work while a hostile template renders.
+        ``tools``: an ``engine.tool_prompt.ToolRequest`` (the API's tool calls)."""
         with stop_renders_on(cancel):
-            return ChatPrompt(*conversation_prompt(self.target, history, system_prompt, max_tokens))
+            return ChatPrompt(*conversation_prompt(self.target, history, system_prompt, max_tokens, tools))
 
     def remember(self, texts: Iterable[str]) -> None:
         """Let later replies copy from ``texts``: the user's other conversations, earlier
