@@ -48,6 +48,12 @@ def models_dir() -> Path:
     return _ensure(cache_dir() / "models")
 
 
+def own_model_folders() -> list[Path]:
+    """Where Tandem keeps model files it fetched or wrote (the demo pair, drafts made
+    here, anything later under its data folder), for the library to list. Not created."""
+    return [_root("cache") / "models", _root("data")]
+
+
 def settings_file() -> Path:
     return config_dir() / "settings.json"
 

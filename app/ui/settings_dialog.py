@@ -65,11 +65,25 @@ def _combo(choices: tuple[tuple[str, str], ...]) -> QComboBox:
     return box
 
 
-def _spin(low: int, high: int, special: str = "", step: int = 1, suffix: str = "") -> QSpinBox:
-    box = QSpinBox()
+class CountSpinBox(QSpinBox):
+    """A count with its unit, singular or plural as the value says ("1 token", "2 tokens")."""
+
+    def __init__(self, unit: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._unit = unit
+        self.valueChanged.connect(self._name_unit)
+        self._name_unit(self.value())
+
+    def _name_unit(self, value: int) -> None:
+        suffix = f" {self._unit}" if value in (1, -1) else f" {self._unit}s"
+        if suffix != self.suffix():
+            self.setSuffix(suffix)
+
+
+def _spin(low: int, high: int, special: str = "", step: int = 1, unit: str = "") -> QSpinBox:
+    box = CountSpinBox(unit) if unit else QSpinBox()
     box.setRange(low, high)
     box.setSingleStep(step)
-    box.setSuffix(suffix)
     if special:
         box.setSpecialValueText(special)  # shown at the minimum
     return box
@@ -264,8 +278,8 @@ class SettingsDialog(QDialog):
             "draft_path": PathEdit("Choose the draft model", "Demo pair draft (with the demo target)"),
             "speculation": QCheckBox("Speculate: draft tokens, then verify them in one batch"),
             # The value below the range's first is "auto".
-            "draft_max": _spin(DRAFT_MAX_RANGE[0] - 1, DRAFT_MAX_RANGE[1], special="auto", suffix=" tokens"),
-            "draft_min": _spin(1, DRAFT_MAX_RANGE[1], suffix=" tokens"),
+            "draft_max": _spin(DRAFT_MAX_RANGE[0] - 1, DRAFT_MAX_RANGE[1], special="auto", unit="token"),
+            "draft_min": _spin(1, DRAFT_MAX_RANGE[1], unit="token"),
             "p_min": _double(0.0, 1.0, 0.05),
             "copy_repeats": QCheckBox("Copy text that repeats earlier text instead of drafting it"),
             "temperature": _double(0.0, 5.0, 0.1),
@@ -273,10 +287,10 @@ class SettingsDialog(QDialog):
             "top_p": _double(0.01, 1.0, 0.05),
             "min_p": _double(0.0, 1.0, 0.01),
             "seed": _spin(-1, 2**31 - 1, special="random"),
-            "max_tokens": _spin(1, 131072, suffix=" tokens"),
+            "max_tokens": _spin(1, 131072, unit="token"),
             "target_gpu_layers": _spin(-1, 999, special="all"),
             "draft_gpu_layers": _spin(-1, 999, special="all"),
-            "n_ctx": _spin(256, 1 << 20, step=256, suffix=" tokens"),
+            "n_ctx": _spin(256, 1 << 20, step=256, unit="token"),
             "n_threads": _spin(0, 256, special="automatic"),
             "flash_attention": _combo(FLASH_ATTENTION),
             "system_prompt": system_prompt,
