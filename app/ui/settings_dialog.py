@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -38,7 +38,7 @@ from app.vocabulary import DRAFT_MAX_RANGE
 LABELS = {
     "target_path": "Target model", "draft_path": "Draft model", "drafter": "Guesses from",
     "speculation": "Speculative decoding", "draft_max": "Draft length (max)", "draft_min": "Draft length (min)",
-    "p_min": "Stop drafting below p", "copy_repeats": "Repeated text",
+    "p_min": "Stop drafting below probability", "copy_repeats": "Repeated text",
     "target_gpu_layers": "Target GPU layers",
     "draft_gpu_layers": "Draft GPU layers", "n_ctx": "Context size", "n_threads": "CPU threads",
     "flash_attention": "Flash attention",
@@ -55,6 +55,7 @@ PAGES = {
 DRAFTERS = (("Draft model", DrafterKind.MODEL.value), ("Prompt lookup (no draft model)", DrafterKind.LOOKUP.value))
 FLASH_ATTENTION = (("Automatic (off on a CPU)", "auto"), ("On", "on"), ("Off", "off"))
 GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
+MIN_WIDTH = 560  # px: room for a path and its Browse button
 _CHECK_DELAY_MS = 300  # typing a path should not fire a check per keystroke
 
 
@@ -132,7 +133,6 @@ class SettingsDialog(QDialog):
     def __init__(self, settings: Settings, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Settings")
-        self.setMinimumWidth(560)
         self._base = settings
         self.editors: dict[str, QWidget] = self._make_editors()
         descriptions = {o.name: o.description for o in options()}
@@ -188,6 +188,10 @@ class SettingsDialog(QDialog):
         self.editors["drafter"].currentIndexChanged.connect(self._paths_changed)
         self.editors["speculation"].toggled.connect(self._update_enabled)
         self._paths_changed()
+        # As big as its contents ask, every page's labels whole: no fixed minimum (which
+        # would stop the layout enforcing its own), and resized explicitly, since a window
+        # left to size itself is kept to 2/3 of the screen, cutting labels on a small one.
+        self.resize(self.sizeHint().expandedTo(QSize(MIN_WIDTH, 0)))
 
     # --- values -------------------------------------------------------------------------------
 
