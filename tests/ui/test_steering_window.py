@@ -227,3 +227,30 @@ def test_a_chat_found_by_search_opens_on_the_branch_with_the_text(open_window, q
     window.history.sidebar.search_edit.setText("pelicans")
     window.history.open_conversation(conversation)
     assert shown(window)[0] == ("user", "Tell me about pelicans")
+
+
+def test_the_library_lists_the_models_tandem_fetched_made_and_uses(open_window, qtbot, tmp_path, monkeypatch,
+                                                                    tandem_home):
+    """No other app's folder on this machine: the demo pair Tandem downloaded, a draft it
+    made, and the pair in use elsewhere are still listed (it used to say 0 models)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "library"))
+    from library_tree import model
+
+    from app.library.locations import TANDEM
+
+    monkeypatch.setenv("HOME", str(tmp_path / "nobody"))
+    for name in ("OLLAMA_MODELS", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    demo = model(tandem_home / "cache" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    made = model(tandem_home / "data" / "drafts" / "made-here.gguf")
+    target = model(tmp_path / "elsewhere" / "mine-target.gguf")
+    window, _, _ = open_window(settings=Settings(target_path=str(target), draft_path=str(demo)), history=False)
+    library = window.steering.library
+    library.open()
+    qtbot.waitUntil(lambda: library.result is not None, timeout=REPLY_TIMEOUT_MS)
+    listed = {Path(e.path): e for e in library.result.entries}
+    assert set(listed) == {demo, made, target} and all(e.usable and e.source == TANDEM for e in listed.values())
+    qtbot.waitUntil(lambda: library.dialog.models.topLevelItemCount() == 3, timeout=5000)  # shown, not just found
