@@ -21,7 +21,6 @@ A parent always has a smaller id than its children, so a path is in id order.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import sqlite3
@@ -36,7 +35,8 @@ from app.storage import paths
 from app.storage.errors import ImportCancelled, StorageError
 from app.storage.files import move_aside
 from app.storage.history_db import Damaged, connect, is_damage, purge_deleted, transaction
-from app.storage.pending_writes import BUSY_TIMEOUT_MS, LOCKED_TEXT, Entry, HistoryLocked, WriteJournal, is_busy
+from app.storage.pending_writes import (BUSY_TIMEOUT_MS, LOCKED_TEXT, Entry, HistoryLocked, WriteJournal, is_busy,
+                                        journaled, reads_pending_ids)
 
 log = logging.getLogger(__name__)
 CLOSING_BUSY_TIMEOUT_MS = 5000  # closing: the saves still waiting get one long last try
@@ -119,28 +119,6 @@ _PARENT = """CASE WHEN m.parent_id IS NULL THEN (
 _MESSAGE_COLUMNS = ("m.id, m.conversation_id, m.role, m.text, m.tokens, m.status, m.meta, m.stats, m.created_at, "
                     f"m.updated_at, {_PARENT}")
 _KEEP_LEAF = object()  # add_message's default: append to the leaf shown
-
-
-def _journaled(makes_row: bool = False, merge: Callable[[Entry, tuple, dict], bool] | None = None):
-    """A save that waits in the journal while the file is locked (``pending_writes``);
-    ``makes_row``: it returns the new row's id (a ``PendingId`` while it waits)."""
-    def wrap(method):
-        @functools.wraps(method)
-        def save(self, *args, **kwargs):
-            key = (method.__name__, args[0]) if merge is not None and args else None
-            return self._journal.submit(functools.partial(method, self), args, kwargs, makes_row=makes_row,
-                                        key=key, merge=merge)
-        return save
-    return wrap
-
-
-def _reads_ids(method):
-    """A read whose ids may be pending: the real ones are passed (NotSavedYet until written)."""
-    @functools.wraps(method)
-    def read(self, *args, **kwargs):
-        real = self._journal.real
-        return method(self, *(real(a) for a in args), **{k: real(v) for k, v in kwargs.items()})
-    return read
 
 
 def _merge_reply_update(last: Entry, args: tuple, kwargs: dict) -> bool:
@@ -250,7 +228,7 @@ class HistoryStore:
 
     # --- conversations ------------------------------------------------------------------
 
-    @_journaled(makes_row=True)
+    @journaled(makes_row=True)
     def create_conversation(self, title: str = "") -> int:
         now = self._now()
         with self._transaction() as db:
@@ -259,7 +237,7 @@ class HistoryStore:
                 (title.strip(), now, now))
         return cursor.lastrowid
 
-    @_reads_ids
+    @reads_pending_ids
     def conversation(self, conversation_id: int) -> ConversationSummary | None:
         rows = self._summaries("c.id = ? AND c.deleted_at IS NULL", (conversation_id,))
         return rows[0] if rows else None
@@ -275,18 +253,18 @@ class HistoryStore:
                    WHERE m.conversation_id = c.id AND tandem_contains(m.text, :q)))""",
             {"q": needle})
 
-    @_journaled()
+    @journaled()
     def rename_conversation(self, conversation_id: int, title: str) -> None:
         with self._transaction() as db:
             db.execute("UPDATE conversations SET title = ? WHERE id = ?", (title.strip(), conversation_id))
 
-    @_journaled()
+    @journaled()
     def delete_conversation(self, conversation_id: int) -> None:
         """Hide a conversation; ``restore_conversation`` brings it back until the next open."""
         with self._transaction() as db:
             db.execute("UPDATE conversations SET deleted_at = ? WHERE id = ?", (time.time(), conversation_id))
 
-    @_journaled()
+    @journaled()
     def restore_conversation(self, conversation_id: int) -> None:
         with self._transaction() as db:
             db.execute("UPDATE conversations SET deleted_at = NULL WHERE id = ?", (conversation_id,))
@@ -298,13 +276,13 @@ class HistoryStore:
 
     # --- messages -----------------------------------------------------------------------
 
-    @_journaled()
+    @journaled()
     def set_preset(self, conversation_id: int, preset: str) -> None:
         """Remember the system-prompt preset this chat uses ('' for the settings' own prompt)."""
         with self._transaction() as db:
             db.execute("UPDATE conversations SET preset = ? WHERE id = ?", (preset, conversation_id))
 
-    @_journaled(makes_row=True)
+    @journaled(makes_row=True)
     def add_message(self, conversation_id: int, role: str, text: str, tokens: list[TokenRecord] | None = None,
                     meta: dict[str, Any] | None = None, stats: dict[str, Any] | None = None,
                     status: str = MessageState.COMPLETE, parent_id: Any = _KEEP_LEAF) -> int:
@@ -334,7 +312,7 @@ class HistoryStore:
                            (title_from(text), conversation_id))
         return cursor.lastrowid
 
-    @_reads_ids
+    @reads_pending_ids
     def messages(self, conversation_id: int, last: int | None = None) -> list[StoredMessage]:
         """The branch shown, from the first message to the shown leaf; with ``last``, only
         that many newest of it."""
@@ -354,25 +332,25 @@ class HistoryStore:
             (leaf, limit, limit)).fetchall()
         return [_message(r) for r in rows]
 
-    @_reads_ids
+    @reads_pending_ids
     def all_messages(self, conversation_id: int) -> list[StoredMessage]:
         """Every message of every branch, parents before children (an export of the tree)."""
         rows = self._db.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages m WHERE m.conversation_id = ? ORDER BY m.id",
                                 (conversation_id,))
         return [_message(r) for r in rows]
 
-    @_reads_ids
+    @reads_pending_ids
     def message(self, message_id: int) -> StoredMessage | None:
         row = self._db.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages m WHERE m.id = ?", (message_id,)).fetchone()
         return _message(row) if row else None
 
-    @_reads_ids
+    @reads_pending_ids
     def current_leaf(self, conversation_id: int) -> int | None:
         return _leaf(self._db, conversation_id)
 
     # --- branches -------------------------------------------------------------------------
 
-    @_reads_ids
+    @reads_pending_ids
     def siblings(self, message_id: int) -> list[int]:
         """The ids of ``message_id`` and its alternatives (the same parent), oldest first:
         what ‹ 2/3 › steps through. [] for an unknown message."""
@@ -387,13 +365,13 @@ class HistoryStore:
                 ORDER BY id""",
             {"c": message.conversation_id, "stored": _ROOT if parent is None else parent, "parent": parent})]
 
-    @_reads_ids
+    @reads_pending_ids
     def sibling_position(self, message_id: int) -> tuple[int, int]:
         """(1-based position, count) among its alternatives: (2, 3) reads ‹ 2/3 ›."""
         ids = self.siblings(message_id)
         return (ids.index(message_id) + 1, len(ids)) if message_id in ids else (0, 0)
 
-    @_reads_ids
+    @reads_pending_ids
     def switch_branch(self, message_id: int) -> list[StoredMessage]:
         """Show ``message_id``'s branch: the shown leaf becomes its newest descendant
         (following the newest child at each step); returns the branch now shown."""
@@ -407,7 +385,7 @@ class HistoryStore:
             db.execute("UPDATE conversations SET current_leaf = ? WHERE id = ?", (leaf, row[0]))
         return self.messages(row[0])
 
-    @_reads_ids
+    @reads_pending_ids
     def show_branch_with(self, conversation_id: int, search: str) -> bool:
         """Search found this chat by text on a branch not shown: show the newest message
         holding it (and its branch). True when the branch shown changed."""
@@ -421,7 +399,7 @@ class HistoryStore:
         self.switch_branch(hit)
         return True
 
-    @_journaled(makes_row=True)
+    @journaled(makes_row=True)
     def add_edit(self, message_id: int, text: str) -> int:
         """An edited user message: a new sibling of ``message_id`` (what followed the old
         one stays on its branch), shown now; returns its id. The reply to it comes next."""
@@ -438,7 +416,7 @@ class HistoryStore:
         message_id = self._add_alternative(reply_id, meta)
         return ReplyWriter(self, None, message_id, interval=interval, clock=clock)
 
-    @_journaled(makes_row=True)
+    @journaled(makes_row=True)
     def _add_alternative(self, reply_id: int, meta: dict[str, Any] | None) -> int:
         old = self.message(reply_id)
         if old is None or old.role != "assistant":
@@ -446,7 +424,7 @@ class HistoryStore:
         return self.add_message(old.conversation_id, "assistant", "", meta=meta, status=MessageState.STREAMING,
                                 parent_id=old.parent_id)
 
-    @_journaled(merge=_merge_reply_update)
+    @journaled(merge=_merge_reply_update)
     def _save_reply(self, message_id: int, text: str, tokens: str, stats: str | None, status: str | None) -> None:
         with self._transaction() as db:
             db.execute("""UPDATE messages SET text = ?, tokens = ?, updated_at = ?,
@@ -517,7 +495,7 @@ class HistoryStore:
         report(total, total)
         return conversation_id
 
-    @_journaled()
+    @journaled()
     def delete_message_and_after(self, message_id: int) -> int:
         """Delete a message and everything that follows it on any branch (a reply that
         failed before its first token); the shown leaf moves to its parent if it was there."""

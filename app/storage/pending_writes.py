@@ -16,6 +16,7 @@ the save runs; a read of a row not written yet raises ``NotSavedYet``.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections import deque
 from dataclasses import dataclass, field
@@ -133,3 +134,26 @@ class WriteJournal:
             pending = PendingId(-self._issued)
         self._entries.append(Entry(run, args, kwargs, pending, key))
         return pending
+
+
+def journaled(makes_row: bool = False, merge: Callable[[Entry, tuple, dict], bool] | None = None):
+    """A store method that saves: it waits in the store's ``_journal`` while the file is
+    locked; ``makes_row``: it returns the new row's id (a ``PendingId`` while it waits);
+    ``merge`` may fold it into the save waiting last for the same first argument."""
+    def wrap(method):
+        @functools.wraps(method)
+        def save(self, *args, **kwargs):
+            key = (method.__name__, args[0]) if merge is not None and args else None
+            return self._journal.submit(functools.partial(method, self), args, kwargs, makes_row=makes_row,
+                                        key=key, merge=merge)
+        return save
+    return wrap
+
+
+def reads_pending_ids(method):
+    """A read whose ids may be pending: the real ones are passed (NotSavedYet until written)."""
+    @functools.wraps(method)
+    def read(self, *args, **kwargs):
+        real = self._journal.real
+        return method(self, *(real(a) for a in args), **{k: real(v) for k, v in kwargs.items()})
+    return read
