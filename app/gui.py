@@ -59,6 +59,7 @@ def launch(args: argparse.Namespace) -> int:
     from app.storage.history import HistoryStore
     from app.storage.settings import load_settings
     from app.window.main_window import APP_NAME, MainWindow
+    from app.window.single_instance import present
     from app.ui.resources import icon, style_sheet
 
     QApplication.setApplicationName(APP_NAME)
@@ -66,6 +67,9 @@ def launch(args: argparse.Namespace) -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setWindowIcon(icon())
     app.setStyleSheet(style_sheet())
+    instance = first_instance(settings_overrides(args))
+    if instance is None:
+        return 0
     check = check_llama_build()
     if not check.ok:  # a window that vanishes at the first decode helps nobody: say why, and how to mend it
         print(f"tandem: error: {check.message} Rebuild it with: {check.rebuild}", file=sys.stderr)
@@ -77,10 +81,30 @@ def launch(args: argparse.Namespace) -> int:
         loaded = load_settings()
         overrides = settings_overrides(args) | chat_format_override(args, loaded.settings)
         window = MainWindow(loaded, overrides=overrides, history_store=history, first_run=True)
+        instance.message_received.connect(lambda message: present(window, message))
         window.show()
         return run_app(app)
     finally:
         history.close()  # the window has saved its last reply when it closed
+        instance.release()
+
+
+def first_instance(overrides: dict):
+    """The one-window lock (``app.window.single_instance``), or None when a Tandem window
+    is open already: it was handed ``overrides`` and brought to the front."""
+    from app.storage import paths
+    from app.window.single_instance import SingleInstance
+
+    instance = SingleInstance(paths.runtime_dir())
+    if instance.claim():
+        return instance
+    if instance.send({"overrides": overrides}):
+        print("tandem: Tandem is open already; its window was brought to the front"
+              + (" with these settings." if overrides else "."), file=sys.stderr)
+        return None
+    print("tandem: warning: another Tandem holds the window lock but does not answer; "
+          "opening a second window (both load the models).", file=sys.stderr)
+    return instance
 
 
 def build_failure_box(check: BuildCheck):

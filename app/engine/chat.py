@@ -320,30 +320,44 @@ def fit_conversation(history: Sequence[tuple[str, str]], system_prompt: str,
 
     The system prompt and the newest message always stay: when they alone do not fit,
     the engine's context error says so. Messages go an exchange at a time, since
-    many templates insist that turns alternate and start with the user. The fewest
-    exchanges to leave out are found by bisection, so a long chat is rendered and
-    tokenized a handful of times, not once per exchange."""
+    many templates insist that turns alternate and start with the user.
+
+    The fewest exchanges to leave out are found from the newest end: keep 1, 2, 4, 8, ...
+    exchanges until a render no longer fits, then bisect between the last two. Each
+    render costs time in the messages it holds, and none holds more than about twice
+    what fits, so a chat of 50,000 messages costs what the few hundred that fit cost
+    (plus one pass over the list), not a dozen renders of all of it. The answer is the
+    one a search over every cut would give, for any template whose prompt grows with
+    the messages it is given."""
     history = list(history)
     cuts = list(range(0, len(history) - 1, 2))
     if len(history) - 1 not in cuts:
         cuts.append(len(history) - 1)   # down to the newest message alone
 
-    def tokens_after(cut: int) -> list[int]:
-        return tokens_of(build_messages(history[cut:], system_prompt))
+    def tokens_after(index: int) -> list[int]:
+        return tokens_of(build_messages(history[cuts[index]:], system_prompt))
 
-    tokens = tokens_after(0)
-    if len(tokens) <= budget or len(cuts) == 1:
-        return tokens, 0
-    low, high = 1, len(cuts) - 1        # cuts[high] is tried last: it may still not fit
-    fitting: tuple[list[int], int] | None = None
-    while low <= high:
-        middle = (low + high) // 2
-        candidate = tokens_after(cuts[middle])
+    newest = len(cuts) - 1
+    tokens = tokens_after(newest)
+    if len(tokens) > budget or newest == 0:
+        return tokens, max(0, cuts[newest])  # even the newest message alone is too long (or is all)
+    fits, fitting = newest, tokens      # cuts[fits] fits; every cut before ``too_long`` does not
+    too_long, step = -1, 1
+    while fits > 0:
+        probe = max(0, fits - step)
+        candidate = tokens_after(probe)
+        if len(candidate) > budget:
+            too_long = probe
+            break
+        fits, fitting, step = probe, candidate, step * 2
+    while fits - too_long > 1:          # the first cut that fits lies in (too_long, fits]
+        middle = (too_long + fits) // 2
+        candidate = tokens_after(middle)
         if len(candidate) <= budget:
-            fitting, high = (candidate, cuts[middle]), middle - 1
+            fits, fitting = middle, candidate
         else:
-            low = middle + 1
-    return fitting or (tokens_after(cuts[-1]), cuts[-1])
+            too_long = middle
+    return fitting, cuts[fits]
 
 
 def conversation_prompt(model: ModelBackend, history: Sequence[tuple[str, str] | dict], system_prompt: str,

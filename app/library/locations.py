@@ -1,5 +1,6 @@
 """Where the user's GGUF files already are: LM Studio's and Ollama's model folders, the
-Hugging Face hub cache, and folders the user adds.
+Hugging Face hub cache, Tandem's own model folders (the demo pair, drafts it made), and
+folders the user adds.
 
 Each finder turns one place into ``Found`` files (a path and the name the user knows
 the model by) without opening a model: this is a walk of directory entries, bounded in
@@ -23,6 +24,7 @@ LM_STUDIO = "LM Studio"
 OLLAMA = "Ollama"
 HUGGING_FACE = "Hugging Face"
 FOLDER = "Folder"
+TANDEM = "Tandem"  # files Tandem fetched, wrote or uses
 
 MAX_DEPTH = 6                # a user folder: models/<publisher>/<repo>/<quant>/file is deep enough
 MAX_ENTRIES = 200_000        # directory entries looked at per place, so a folder like ~ ends
@@ -36,7 +38,7 @@ _DIGEST = re.compile(r"sha256[:-]([0-9a-f]{64})")
 class Location:
     """One place to look: ``kind`` says how its files are laid out and named."""
 
-    kind: str  # LM_STUDIO, OLLAMA, HUGGING_FACE or FOLDER
+    kind: str  # LM_STUDIO, OLLAMA, HUGGING_FACE, TANDEM or FOLDER
     path: Path
 
 

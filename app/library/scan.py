@@ -15,9 +15,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
+from app.engine.gguf_header import shown_name
 from app.library.cache import load_cache, save_cache
 from app.library.entries import LibraryEntry, read_entry, signature_of, split_parts
-from app.library.locations import FOLDER, Found, Location, default_locations, find, unique_existing
+from app.library.locations import FOLDER, TANDEM, Found, Location, default_locations, find, unique_existing
+from app.storage import paths
 
 ScanProgress = Callable[[int, int, str], None]  # (files done, files in all, the file's name)
 
@@ -44,17 +46,23 @@ class ScanResult:
 
 
 def library_locations(folders: Iterable[str | os.PathLike[str]] = (), *, include_defaults: bool = True,
-                      environ=None, home: Path | None = None) -> list[Location]:
-    """The usual places (when ``include_defaults``) and the user's own folders."""
-    places = default_locations(environ, home) if include_defaults else []
+                      environ=None, home: Path | None = None,
+                      own: Iterable[str | os.PathLike[str]] | None = None) -> list[Location]:
+    """Tandem's own model folders (``own``, by default ``paths.own_model_folders()``), the
+    usual places (when ``include_defaults``) and the user's own folders."""
+    own = paths.own_model_folders() if own is None else own
+    places = [Location(TANDEM, Path(folder)) for folder in own]
+    places += default_locations(environ, home) if include_defaults else []
     return unique_existing(places + [Location(FOLDER, Path(folder)) for folder in folders])
 
 
 def scan_library(locations: list[Location], *, progress: ScanProgress | None = None,
                  cancel: _Flag | None = None, cache_path: Path | None = None,
-                 use_cache: bool = True) -> ScanResult:
+                 use_cache: bool = True, in_use: Iterable[str | os.PathLike[str]] = ()) -> ScanResult:
+    """``in_use``: files Tandem uses (the pair loaded, the recent pairs) wherever they
+    are; listed when they exist, under the name a place gives them if it holds them too."""
     report = progress or (lambda done, total, name: None)
-    found = _unique(f for location in locations for f in find(location))
+    found = _unique([*(f for location in locations for f in find(location)), *_files_in_use(in_use)])
     remembered = load_cache(cache_path) if use_cache else {}
     entries: list[LibraryEntry] = []
     read = 0
@@ -77,9 +85,19 @@ def scan_library(locations: list[Location], *, progress: ScanProgress | None = N
         kept.update({e.path: e for e in entries})
         save_cache(list(kept.values()), cache_path)
     entries.sort(key=lambda e: (not e.usable, e.name.casefold(), e.path))
-    notes = [] if locations else ["No model folders were found (LM Studio, Ollama, the Hugging Face cache); "
+    notes = [] if any(l.kind != TANDEM for l in locations) else ["No model folders were found (LM Studio, Ollama, the Hugging Face cache); "
                                   "add a folder that holds GGUF files."]
     return ScanResult(entries, locations, read, cancelled, notes)
+
+
+def _files_in_use(files: Iterable[str | os.PathLike[str]]) -> Iterable[Found]:
+    for file in files:
+        path = Path(file)
+        try:
+            if path.is_file():
+                yield Found(path, shown_name(path), TANDEM)
+        except (OSError, ValueError):
+            continue  # an unreadable or malformed path in the settings: nothing to list
 
 
 def _unique(found: Iterable[Found]) -> list[Found]:

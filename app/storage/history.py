@@ -7,6 +7,10 @@ a crash loses less than that much of it; the next open marks it 'interrupted'.
 Threads: a ``HistoryStore`` and its writers belong to the thread that opened the store
 (the GUI thread in the app); sqlite3's ``check_same_thread`` enforces it.
 
+Locks: a save waits at most ``BUSY_TIMEOUT_MS`` for another program's lock on the file;
+then it waits in the store's journal (``app.storage.pending_writes``) until
+``retry_pending`` finds the file free, later saves queued behind it.
+
 A conversation is a tree (schema 3): every message has a parent (None for a first
 message), an edited user message is a new sibling of the one it replaces and a
 regenerated reply a sibling alternative of the earlier one, so nothing is thrown away.
@@ -18,6 +22,7 @@ A parent always has a smaller id than its children, so a path is in id order.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import time
 from contextlib import contextmanager, suppress
@@ -30,6 +35,11 @@ from app.storage import paths
 from app.storage.errors import ImportCancelled, StorageError
 from app.storage.files import move_aside
 from app.storage.history_db import Damaged, connect, is_damage, purge_deleted, transaction
+from app.storage.pending_writes import (BUSY_TIMEOUT_MS, LOCKED_TEXT, Entry, HistoryLocked, WriteJournal, is_busy,
+                                        journaled, reads_pending_ids)
+
+log = logging.getLogger(__name__)
+CLOSING_BUSY_TIMEOUT_MS = 5000  # closing: the saves still waiting get one long last try
 
 ROLES = ("user", "assistant", "system")
 TOKEN_KINDS = tuple(kind.value for kind in TokenKind)
@@ -111,14 +121,43 @@ _MESSAGE_COLUMNS = ("m.id, m.conversation_id, m.role, m.text, m.tokens, m.status
 _KEEP_LEAF = object()  # add_message's default: append to the leaf shown
 
 
+def _merge_reply_update(last: Entry, args: tuple, kwargs: dict) -> bool:
+    """A reply's next update while the last one still waits: one write of the newest text,
+    keeping stats and status that either carried."""
+    message_id, text, tokens, stats, status = args
+    _, _, _, last_stats, last_status = last.args
+    last.args = (message_id, text, tokens, last_stats if stats is None else stats,
+                 last_status if status is None else status)
+    return True
+
+
 class HistoryStore:
     """All reads and writes of the chat history. Use ``HistoryStore.open()``."""
 
-    def __init__(self, db: sqlite3.Connection, path: Path | None, notice: str | None = None):
+    def __init__(self, db: sqlite3.Connection, path: Path | None, notice: str | None = None, *,
+                 busy_timeout_ms: int = BUSY_TIMEOUT_MS):
         self._db = db
         self.path = path  # None when the history could not be opened and lives in memory
         self.notice = notice  # one line for the user when the file had to be set aside
         self._last_now = 0.0
+        self._journal = WriteJournal()
+        db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+
+    @property
+    def pending_writes(self) -> int:
+        """Saves waiting for another program to let go of the file."""
+        return len(self._journal)
+
+    def retry_pending(self) -> int:
+        """Try the waiting saves again, in order; returns how many still wait."""
+        return self._journal.drain()
+
+    def saved_id(self, row_id: int) -> int:
+        """The id of a row once its waiting save has run (``row_id`` itself for a saved row)."""
+        try:
+            return self._journal.real(row_id)
+        except StorageError:
+            return row_id
 
     # --- opening ------------------------------------------------------------------------
 
@@ -160,16 +199,25 @@ class HistoryStore:
         try:
             db.execute("PRAGMA synchronous = FULL")
             db.execute("PRAGMA foreign_keys = ON")
+            return cls(db, Path(path), busy_timeout_ms=30_000)  # off the GUI thread: it may wait
         except BaseException:
             db.close()
             raise
-        return cls(db, Path(path))
 
     @classmethod
     def _in_memory(cls, notice: str) -> HistoryStore:
         return cls(connect(Path(":memory:")), None, notice)
 
     def close(self) -> None:
+        if self._journal:
+            try:
+                self._db.execute(f"PRAGMA busy_timeout = {CLOSING_BUSY_TIMEOUT_MS}")
+                self._journal.drain()
+            except (StorageError, sqlite3.Error) as exc:
+                log.warning("Chat history: a save that waited failed on closing: %s", exc)
+            if self._journal:
+                log.warning("Chat history %s is still locked by another program: %d saves of this session "
+                            "could not be written.", self.path, len(self._journal))
         self._db.close()
 
     def __enter__(self) -> HistoryStore:
@@ -180,6 +228,7 @@ class HistoryStore:
 
     # --- conversations ------------------------------------------------------------------
 
+    @journaled(makes_row=True)
     def create_conversation(self, title: str = "") -> int:
         now = self._now()
         with self._transaction() as db:
@@ -188,6 +237,7 @@ class HistoryStore:
                 (title.strip(), now, now))
         return cursor.lastrowid
 
+    @reads_pending_ids
     def conversation(self, conversation_id: int) -> ConversationSummary | None:
         rows = self._summaries("c.id = ? AND c.deleted_at IS NULL", (conversation_id,))
         return rows[0] if rows else None
@@ -203,15 +253,18 @@ class HistoryStore:
                    WHERE m.conversation_id = c.id AND tandem_contains(m.text, :q)))""",
             {"q": needle})
 
+    @journaled()
     def rename_conversation(self, conversation_id: int, title: str) -> None:
         with self._transaction() as db:
             db.execute("UPDATE conversations SET title = ? WHERE id = ?", (title.strip(), conversation_id))
 
+    @journaled()
     def delete_conversation(self, conversation_id: int) -> None:
         """Hide a conversation; ``restore_conversation`` brings it back until the next open."""
         with self._transaction() as db:
             db.execute("UPDATE conversations SET deleted_at = ? WHERE id = ?", (time.time(), conversation_id))
 
+    @journaled()
     def restore_conversation(self, conversation_id: int) -> None:
         with self._transaction() as db:
             db.execute("UPDATE conversations SET deleted_at = NULL WHERE id = ?", (conversation_id,))
@@ -223,11 +276,13 @@ class HistoryStore:
 
     # --- messages -----------------------------------------------------------------------
 
+    @journaled()
     def set_preset(self, conversation_id: int, preset: str) -> None:
         """Remember the system-prompt preset this chat uses ('' for the settings' own prompt)."""
         with self._transaction() as db:
             db.execute("UPDATE conversations SET preset = ? WHERE id = ?", (preset, conversation_id))
 
+    @journaled(makes_row=True)
     def add_message(self, conversation_id: int, role: str, text: str, tokens: list[TokenRecord] | None = None,
                     meta: dict[str, Any] | None = None, stats: dict[str, Any] | None = None,
                     status: str = MessageState.COMPLETE, parent_id: Any = _KEEP_LEAF) -> int:
@@ -257,6 +312,7 @@ class HistoryStore:
                            (title_from(text), conversation_id))
         return cursor.lastrowid
 
+    @reads_pending_ids
     def messages(self, conversation_id: int, last: int | None = None) -> list[StoredMessage]:
         """The branch shown, from the first message to the shown leaf; with ``last``, only
         that many newest of it."""
@@ -276,21 +332,25 @@ class HistoryStore:
             (leaf, limit, limit)).fetchall()
         return [_message(r) for r in rows]
 
+    @reads_pending_ids
     def all_messages(self, conversation_id: int) -> list[StoredMessage]:
         """Every message of every branch, parents before children (an export of the tree)."""
         rows = self._db.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages m WHERE m.conversation_id = ? ORDER BY m.id",
                                 (conversation_id,))
         return [_message(r) for r in rows]
 
+    @reads_pending_ids
     def message(self, message_id: int) -> StoredMessage | None:
         row = self._db.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages m WHERE m.id = ?", (message_id,)).fetchone()
         return _message(row) if row else None
 
+    @reads_pending_ids
     def current_leaf(self, conversation_id: int) -> int | None:
         return _leaf(self._db, conversation_id)
 
     # --- branches -------------------------------------------------------------------------
 
+    @reads_pending_ids
     def siblings(self, message_id: int) -> list[int]:
         """The ids of ``message_id`` and its alternatives (the same parent), oldest first:
         what ‹ 2/3 › steps through. [] for an unknown message."""
@@ -305,11 +365,13 @@ class HistoryStore:
                 ORDER BY id""",
             {"c": message.conversation_id, "stored": _ROOT if parent is None else parent, "parent": parent})]
 
+    @reads_pending_ids
     def sibling_position(self, message_id: int) -> tuple[int, int]:
         """(1-based position, count) among its alternatives: (2, 3) reads ‹ 2/3 ›."""
         ids = self.siblings(message_id)
         return (ids.index(message_id) + 1, len(ids)) if message_id in ids else (0, 0)
 
+    @reads_pending_ids
     def switch_branch(self, message_id: int) -> list[StoredMessage]:
         """Show ``message_id``'s branch: the shown leaf becomes its newest descendant
         (following the newest child at each step); returns the branch now shown."""
@@ -323,6 +385,7 @@ class HistoryStore:
             db.execute("UPDATE conversations SET current_leaf = ? WHERE id = ?", (leaf, row[0]))
         return self.messages(row[0])
 
+    @reads_pending_ids
     def show_branch_with(self, conversation_id: int, search: str) -> bool:
         """Search found this chat by text on a branch not shown: show the newest message
         holding it (and its branch). True when the branch shown changed."""
@@ -336,6 +399,7 @@ class HistoryStore:
         self.switch_branch(hit)
         return True
 
+    @journaled(makes_row=True)
     def add_edit(self, message_id: int, text: str) -> int:
         """An edited user message: a new sibling of ``message_id`` (what followed the old
         one stays on its branch), shown now; returns its id. The reply to it comes next."""
@@ -349,10 +413,26 @@ class HistoryStore:
                           clock: Callable[[], float] = time.monotonic) -> ReplyWriter:
         """Regenerate: a new reply beside ``reply_id`` (same parent), the earlier one kept
         as an alternative; the new one is shown."""
+        message_id = self._add_alternative(reply_id, meta)
+        return ReplyWriter(self, None, message_id, interval=interval, clock=clock)
+
+    @journaled(makes_row=True)
+    def _add_alternative(self, reply_id: int, meta: dict[str, Any] | None) -> int:
         old = self.message(reply_id)
         if old is None or old.role != "assistant":
             raise StorageError(f"Message {reply_id} is not a reply in the history.")
-        return self.begin_reply(old.conversation_id, meta, parent_id=old.parent_id, interval=interval, clock=clock)
+        return self.add_message(old.conversation_id, "assistant", "", meta=meta, status=MessageState.STREAMING,
+                                parent_id=old.parent_id)
+
+    @journaled(merge=_merge_reply_update)
+    def _save_reply(self, message_id: int, text: str, tokens: str, stats: str | None, status: str | None) -> None:
+        with self._transaction() as db:
+            db.execute("""UPDATE messages SET text = ?, tokens = ?, updated_at = ?,
+                              stats = COALESCE(?, stats), status = COALESCE(?, status)
+                          WHERE id = ?""", (text, tokens, time.time(), stats, status, message_id))
+            if status is not None:  # a finished reply moves its conversation to the top
+                db.execute("UPDATE conversations SET updated_at = ? WHERE id = "
+                           "(SELECT conversation_id FROM messages WHERE id = ?)", (self._now(), message_id))
 
     def import_conversation(self, title: str, messages: list[StoredMessage],
                             progress: Callable[[int, int], bool | None] | None = None, *,
@@ -415,6 +495,7 @@ class HistoryStore:
         report(total, total)
         return conversation_id
 
+    @journaled()
     def delete_message_and_after(self, message_id: int) -> int:
         """Delete a message and everything that follows it on any branch (a reply that
         failed before its first token); the shown leaf moves to its parent if it was there."""
@@ -451,10 +532,14 @@ class HistoryStore:
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
+        if self._journal and not self._journal.running:
+            raise HistoryLocked(LOCKED_TEXT)  # not before the saves that wait: they go first
         try:
             with transaction(self._db):
                 yield self._db
         except sqlite3.Error as exc:  # disk full, read-only, ...: one line for the user
+            if is_busy(exc):
+                raise HistoryLocked(LOCKED_TEXT) from exc
             raise StorageError(f"Could not save chat history: {exc}") from exc
 
     def _touch(self, db: sqlite3.Connection, conversation_id: int, now: float) -> None:
@@ -532,17 +617,11 @@ class ReplyWriter:
             self._dirty = True
 
     def _write(self, stats: dict[str, Any] | None = None, status: str | None = None) -> None:
-        # A failed commit (disk full) is retried at the next interval, not on every token.
+        # A failed commit (disk full) is retried at the next interval, not on every token;
+        # one that finds the file locked waits in the store's journal (written, in order, later).
         self._last_commit = self.clock()
-        with self.store._transaction() as db:
-            db.execute("""UPDATE messages SET text = ?, tokens = ?, updated_at = ?,
-                              stats = COALESCE(?, stats), status = COALESCE(?, status)
-                          WHERE id = ?""",
-                       (self.text, _dumps(self.tokens), time.time(),
-                        None if stats is None else _dumps(stats), status, self.message_id))
-            if status is not None:  # a finished reply moves its conversation to the top
-                db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?",
-                           (self.store._now(), self.conversation_id))
+        self.store._save_reply(self.message_id, self.text, _dumps(self.tokens),
+                               None if stats is None else _dumps(stats), status)
         self._dirty = False
 
 

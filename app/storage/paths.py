@@ -23,6 +23,7 @@ def _root(kind: str) -> Path:
         "data": platformdirs.user_data_path,
         "cache": platformdirs.user_cache_path,
         "log": platformdirs.user_log_path,
+        "run": platformdirs.user_runtime_path,
     }[kind]
     return getter(APP_NAME, appauthor=False)
 
@@ -43,9 +44,24 @@ def log_dir() -> Path:
     return _ensure(_root("log"))
 
 
+def runtime_dir() -> Path:
+    """Per-user files of a running Tandem (the one-window lock and its socket); the
+    cache folder stands in where the system has no runtime folder (a container)."""
+    try:
+        return _ensure(_root("run"))
+    except OSError:
+        return _ensure(cache_dir() / "run")
+
+
 def models_dir() -> Path:
     """Provisioned models (the demo pair and files derived from it)."""
     return _ensure(cache_dir() / "models")
+
+
+def own_model_folders() -> list[Path]:
+    """Where Tandem keeps model files it fetched or wrote (the demo pair, drafts made
+    here, anything later under its data folder), for the library to list. Not created."""
+    return [_root("cache") / "models", _root("data")]
 
 
 def settings_file() -> Path:

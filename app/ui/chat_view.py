@@ -36,6 +36,7 @@ QFrame#userMessage { background: palette(alternate-base); border: 1px solid pale
 QFrame#assistantMessage { background: palette(base); border: 1px solid palette(midlight); border-radius: 10px; }
 QLabel#messageRole { font-weight: 600; }
 QFrame#userMessage QTextEdit, QFrame#assistantMessage QTextEdit { border: none; background: transparent; padding: 0; }
+QFrame#userMessage QTextEdit#messageEditBox { border: 1px solid palette(mid); border-radius: 6px; background: palette(base); padding: 2px; }
 QLabel#messageState, QLabel#messageStats { color: palette(placeholder-text); }
 QLabel#messageStats[error="true"] { color: #c62828; }
 QLabel#emptyChat { color: palette(placeholder-text); font-size: 11pt; }

@@ -18,6 +18,7 @@ class LoadBanner(QFrame):
         layout.setContentsMargins(0, 0, 0, 4)
         layout.addWidget(self.label)
         layout.addWidget(self.bar)
+        self.hide()  # until a load runs: the first-run screen loads nothing until asked
 
     def show_progress(self, stage: str, fraction: float) -> None:
         self.label.setText(stage + "…")

@@ -27,6 +27,7 @@ from app.vocabulary import MessageState
 from app.ui.branch_switcher import BranchSwitcher
 from app.ui.stats_format import message_summary
 from app.ui.markdown_view import MarkdownBody
+from app.ui.message_editor import MessageEditor
 from app.ui.message_text import MessageText
 from app.ui.token_style import TokenStyle
 
@@ -51,6 +52,7 @@ class ChatMessage(QFrame):
 
     link_clicked = Signal(str)  # a safe href in the formatted reply; the chat view asks first
     version_stepped = Signal(int)  # ‹ or ›: -1 or +1 among this message's versions
+    edit_saved = Signal(str)       # Save in the in-place editor; whoever asked closes it
 
     def __init__(self, role: str, style: TokenStyle, actions: Iterable[ReplyAction] = (),
                  parent: QWidget | None = None, *, markdown: bool = True, text_scale: float = 1.0) -> None:
@@ -64,6 +66,7 @@ class ChatMessage(QFrame):
         self.error = ""
         self.request_id: int | None = None  # the engine request producing it, while it streams
         self.versions: BranchSwitcher | None = None  # ‹ 2/3 ›, made when a second version exists
+        self.editor: MessageEditor | None = None     # in place of the text while it is edited
         self._style = style
         self._plain_text: list[str] = []
 
@@ -217,6 +220,31 @@ class ChatMessage(QFrame):
         self._header.insertWidget(copy_at if copy_at >= 0 else self._header.count(), button)
         self.action_buttons[label] = button
         return button
+
+    def start_editing(self) -> MessageEditor:
+        """Edit the text in place (Save emits ``edit_saved``; Cancel or Esc puts it back)."""
+        if self.editor is None:
+            self.editor = MessageEditor(self.text(), self)
+            self.editor.cancelled.connect(self.stop_editing)
+            self.editor.saved.connect(self.edit_saved)
+            layout = self.layout()
+            layout.insertWidget(layout.indexOf(self._source) + 1, self.editor)
+            self._source.hide()
+            self.editor.show()
+            for button in self.action_buttons.values():
+                button.setEnabled(False)
+        self.editor.focus()
+        return self.editor
+
+    def stop_editing(self) -> None:
+        if self.editor is None:
+            return
+        editor, self.editor = self.editor, None
+        editor.hide()
+        editor.deleteLater()
+        self._source.setVisible(self.showing_source)
+        for button in self.action_buttons.values():
+            button.setEnabled(True)
 
     def copy_to_clipboard(self) -> None:
         QGuiApplication.clipboard().setText(self.text())

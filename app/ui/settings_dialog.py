@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -40,7 +40,7 @@ LABELS = {
     "target_path": "Target model", "draft_path": "Draft model", "drafter": "Guesses from",
     "chat_formats": "Chat format",
     "speculation": "Speculative decoding", "draft_max": "Draft length (max)", "draft_min": "Draft length (min)",
-    "p_min": "Stop drafting below p", "copy_repeats": "Repeated text",
+    "p_min": "Stop drafting below probability", "copy_repeats": "Repeated text",
     "target_gpu_layers": "Target GPU layers",
     "draft_gpu_layers": "Draft GPU layers", "n_ctx": "Context size", "n_threads": "CPU threads",
     "flash_attention": "Flash attention",
@@ -57,6 +57,7 @@ PAGES = {
 DRAFTERS = (("Draft model", DrafterKind.MODEL.value), ("Prompt lookup (no draft model)", DrafterKind.LOOKUP.value))
 FLASH_ATTENTION = (("Automatic (off on a CPU)", "auto"), ("On", "on"), ("Off", "off"))
 GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
+MIN_WIDTH = 560  # px: room for a path and its Browse button
 _CHECK_DELAY_MS = 300  # typing a path should not fire a check per keystroke
 
 
@@ -67,11 +68,25 @@ def _combo(choices: tuple[tuple[str, str], ...]) -> QComboBox:
     return box
 
 
-def _spin(low: int, high: int, special: str = "", step: int = 1, suffix: str = "") -> QSpinBox:
-    box = QSpinBox()
+class CountSpinBox(QSpinBox):
+    """A count with its unit, singular or plural as the value says ("1 token", "2 tokens")."""
+
+    def __init__(self, unit: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._unit = unit
+        self.valueChanged.connect(self._name_unit)
+        self._name_unit(self.value())
+
+    def _name_unit(self, value: int) -> None:
+        suffix = f" {self._unit}" if value in (1, -1) else f" {self._unit}s"
+        if suffix != self.suffix():
+            self.setSuffix(suffix)
+
+
+def _spin(low: int, high: int, special: str = "", step: int = 1, unit: str = "") -> QSpinBox:
+    box = CountSpinBox(unit) if unit else QSpinBox()
     box.setRange(low, high)
     box.setSingleStep(step)
-    box.setSuffix(suffix)
     if special:
         box.setSpecialValueText(special)  # shown at the minimum
     return box
@@ -122,7 +137,6 @@ class SettingsDialog(QDialog):
         """``chat_formats``: the built-in format names offered for the target (llama.cpp's)."""
         super().__init__(parent)
         self.setWindowTitle("Settings")
-        self.setMinimumWidth(560)
         self._base = settings
         self.editors: dict[str, QWidget] = self._make_editors()
         self.editors["chat_formats"].set_names(chat_formats)
@@ -181,6 +195,10 @@ class SettingsDialog(QDialog):
         self.editors["drafter"].currentIndexChanged.connect(self._paths_changed)
         self.editors["speculation"].toggled.connect(self._update_enabled)
         self._paths_changed()
+        # As big as its contents ask, every page's labels whole: no fixed minimum (which
+        # would stop the layout enforcing its own), and resized explicitly, since a window
+        # left to size itself is kept to 2/3 of the screen, cutting labels on a small one.
+        self.resize(self.sizeHint().expandedTo(QSize(MIN_WIDTH, 0)))
 
     # --- values -------------------------------------------------------------------------------
 
@@ -274,8 +292,8 @@ class SettingsDialog(QDialog):
             "draft_path": PathEdit("Choose the draft model", "Demo pair draft (with the demo target)"),
             "speculation": QCheckBox("Speculate: draft tokens, then verify them in one batch"),
             # The value below the range's first is "auto".
-            "draft_max": _spin(DRAFT_MAX_RANGE[0] - 1, DRAFT_MAX_RANGE[1], special="auto", suffix=" tokens"),
-            "draft_min": _spin(1, DRAFT_MAX_RANGE[1], suffix=" tokens"),
+            "draft_max": _spin(DRAFT_MAX_RANGE[0] - 1, DRAFT_MAX_RANGE[1], special="auto", unit="token"),
+            "draft_min": _spin(1, DRAFT_MAX_RANGE[1], unit="token"),
             "p_min": _double(0.0, 1.0, 0.05),
             "copy_repeats": QCheckBox("Copy text that repeats earlier text instead of drafting it"),
             "temperature": _double(0.0, 5.0, 0.1),
@@ -283,10 +301,10 @@ class SettingsDialog(QDialog):
             "top_p": _double(0.01, 1.0, 0.05),
             "min_p": _double(0.0, 1.0, 0.01),
             "seed": _spin(-1, 2**31 - 1, special="random"),
-            "max_tokens": _spin(1, 131072, suffix=" tokens"),
+            "max_tokens": _spin(1, 131072, unit="token"),
             "target_gpu_layers": _spin(-1, 999, special="all"),
             "draft_gpu_layers": _spin(-1, 999, special="all"),
-            "n_ctx": _spin(256, 1 << 20, step=256, suffix=" tokens"),
+            "n_ctx": _spin(256, 1 << 20, step=256, unit="token"),
             "n_threads": _spin(0, 256, special="automatic"),
             "flash_attention": _combo(FLASH_ATTENTION),
             "system_prompt": system_prompt,

@@ -2,6 +2,8 @@
 
 Colour is never the only cue: corrected tokens are also underlined, and the
 draft's rejected proposal rides on the character format so a tooltip can name it.
+A corrected token of whitespace alone (a code line's indent) gets a faint tint of the
+same colour instead: an underline under blanks reads as "___", text that is not there.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ KIND_PROPERTY = QTextFormat.Property.UserProperty + 1
 DRAFT_TEXT_PROPERTY = QTextFormat.Property.UserProperty + 2
 DRAFT_PROB_PROPERTY = QTextFormat.Property.UserProperty + 3
 TARGET_TEXT_PROPERTY = QTextFormat.Property.UserProperty + 4
+WHITESPACE_TINT_ALPHA = 64  # of 255: visible behind blanks, never mistaken for a character
 
 KIND_DESCRIPTIONS = {
     TokenKind.ACCEPTED: "The draft guessed it and the target agreed.",
-    TokenKind.CORRECTED: "The target rejected the draft's guess and wrote this instead (underlined).",
+    TokenKind.CORRECTED: ("The target rejected the draft's guess and wrote this instead (underlined; "
+                          "a corrected space or indent is tinted)."),
     TokenKind.BONUS: "The target's extra token after it accepted the whole draft.",
     TokenKind.PLAIN: "Written by the target alone, without speculation.",
 }
@@ -52,6 +56,11 @@ class TokenStyle:
         if event.draft_prob is not None:
             fmt.setProperty(DRAFT_PROB_PROPERTY, float(event.draft_prob))
         fmt.setProperty(TARGET_TEXT_PROPERTY, event.text)
+        if self.coloured and event.text and event.text.isspace():
+            fmt.setFontUnderline(False)
+            tint = QColor(self.colours[TokenKind.CORRECTED])
+            tint.setAlpha(WHITESPACE_TINT_ALPHA)
+            fmt.setBackground(tint)
         return fmt
 
     def _make(self, kind: TokenKind) -> QTextCharFormat:

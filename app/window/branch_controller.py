@@ -1,5 +1,6 @@
-"""Edit and branch in the window: Edit on a user message sends the edited text again
-(what followed stays on its branch), Regenerate keeps the earlier reply as an
+"""Edit and branch in the window: Edit on a user message opens it for editing in place
+(``ChatMessage.start_editing``); Save sends the edited text again (what followed stays
+on its branch), Regenerate keeps the earlier reply as an
 alternative, and ‹ 2/3 › on a message steps between its versions.
 
 The history store keeps the tree (``HistoryStore.add_edit``, ``begin_alternative``,
@@ -14,7 +15,7 @@ from __future__ import annotations
 from typing import Callable
 
 from PySide6.QtCore import QObject
-from PySide6.QtWidgets import QInputDialog, QWidget
+from PySide6.QtWidgets import QWidget
 
 from app.ui.chat_view import ChatView
 from app.ui.message_view import ChatMessage
@@ -25,39 +26,40 @@ EDIT_LABEL = "Edit"
 EDIT_TIP = "Edit this message and send it again; the earlier version and its replies stay (‹ 1/2 ›)"
 BUSY = "Wait for the reply to finish (or stop it) first."
 _CONNECTED = "tandemVersionsConnected"  # a dynamic property: its ‹ › already lead here
-
-# (parent, current text) -> the edited text, or None when the user cancelled.
-TextAsker = Callable[[QWidget, str], "str | None"]
-
-
-def _ask_in_dialog(parent: QWidget, text: str) -> str | None:
-    edited, ok = QInputDialog.getMultiLineText(parent, "Edit message", "Send this instead:", text)
-    return edited if ok else None
+_EDIT_CONNECTED = "tandemEditConnected"    # its in-place editor's Save already leads here
 
 
 class BranchController(QObject):
     def __init__(self, history: HistoryController, chat: ChatController, chat_view: ChatView, *,
-                 say: Callable[[str, int], None], dialog_parent: QWidget,
-                 ask_text: TextAsker = _ask_in_dialog) -> None:
+                 say: Callable[[str, int], None], dialog_parent: QWidget) -> None:
         super().__init__(dialog_parent)
         self.history = history
         self.chat = chat
         self.chat_view = chat_view
         self._say = say
-        self._parent = dialog_parent
-        self.ask_text = ask_text
         chat_view.add_user_action(EDIT_LABEL, EDIT_TIP, self.edit)
         history.conversation_shown.connect(self.show_versions)
         chat.reply_started.connect(self._set_versions)  # the history has begun its row by now
         self.show_versions()  # the history may have opened a conversation already
 
-    def edit(self, message: ChatMessage) -> ChatMessage | None:
-        """Ask for the new text, then send it in place of ``message``; returns the reply."""
+    def edit(self, message: ChatMessage) -> None:
+        """Open ``message`` for editing in place; its Save sends the new text (``save_edit``)."""
+        if self.chat.busy:
+            self._say(BUSY, 4000)
+            return
+        if not message.property(_EDIT_CONNECTED):
+            message.setProperty(_EDIT_CONNECTED, True)
+            message.edit_saved.connect(lambda text, m=message: self.save_edit(m, text))
+        message.start_editing()
+
+    def save_edit(self, message: ChatMessage, text: str) -> ChatMessage | None:
+        """Save in the editor: ``text`` in place of ``message``, and a reply; returns the reply.
+        While a reply runs the editor stays open; unchanged or empty text just closes it."""
         if self.chat.busy:
             self._say(BUSY, 4000)
             return None
-        text = self.ask_text(self._parent, message.text())
-        if text is None or not text.strip() or text.strip() == message.text():
+        message.stop_editing()
+        if not text.strip() or text.strip() == message.text():
             return None
         return self.resend(message, text.strip())
 

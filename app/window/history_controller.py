@@ -78,7 +78,7 @@ class HistoryController(QObject):
         self.notices = notices
         self.sidebar = sidebar
         self._reply_meta = reply_meta
-        self._calls = StoreCalls(store, notices)
+        self._calls = StoreCalls(store, notices, caught_up=self._saves_caught_up)
         self.current_id: int | None = None
         self._stored_ids: dict[ChatMessage, int] = {}   # messages on screen -> their rows
         self._writers: dict[ChatMessage, ReplyWriter] = {}
@@ -317,7 +317,8 @@ class HistoryController(QObject):
         for reply, writer in list(self._writers.items()):
             self._finish(reply, writer, STOPPED)
         self._writers.clear()
-        self._calls.store = None  # its opener closes it
+        self._calls.retry_timer.stop()
+        self._calls.store = None  # its opener closes it (and gives the saves that wait a last try)
 
     # --- what the chat reports --------------------------------------------------------
 
@@ -392,6 +393,20 @@ class HistoryController(QObject):
             stats["error"] = reply.error
         # The writer has every token the chat showed: the chat forwards each batch.
         self._call(lambda: writer.finish(stats, status))
+
+    def _saves_caught_up(self) -> None:
+        """The saves that waited for another program's lock are written: the rows they
+        made have their real ids now (``HistoryStore.saved_id``)."""
+        store = self.store
+        if store is None:
+            return
+        if self.current_id is not None:
+            self.current_id = store.saved_id(self.current_id)
+        self._stored_ids = {message: store.saved_id(row) for message, row in self._stored_ids.items()}
+        for writer in self._writers.values():
+            writer.message_id = store.saved_id(writer.message_id)
+        self._schedule_refresh()
+        self._update_actions()
 
     def _flush_paused_replies(self) -> None:
         for writer in self._writers.values():

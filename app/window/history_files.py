@@ -13,7 +13,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any, Callable
 
-from PySide6.QtCore import QObject, Signal, Slot
+from PySide6.QtCore import QObject, QTimer, Signal, Slot
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QFileDialog, QProgressBar, QWidget
 
@@ -21,33 +21,70 @@ from app.errors import TandemError
 from app.storage.export import import_conversation, read_export, to_json, to_markdown
 from app.storage.files import atomic_write_text
 from app.storage.history import HistoryStore
-from app.ui.notices import ERROR, INFO, NoticeArea
+from app.storage.pending_writes import LOCKED_TEXT, HistoryLocked, NotSavedYet
+from app.ui.notices import ERROR, INFO, WARNING, NoticeArea
 from app.window.import_task import ImportTask
 
 # format -> (file suffix, file dialog filter)
 EXPORT_FORMATS = {"markdown": (".md", "Markdown (*.md)"), "json": (".json", "Tandem conversation (*.json)")}
 SAVE_NOTICE_KEY = "history-save"   # the store failing now; cleared when it works again
+LOCK_NOTICE_KEY = "history-locked"  # saves waiting for another program's lock; cleared once written
+RETRY_INTERVAL_MS = 500  # how often waiting saves are tried again (each try waits ~0.1 s at most)
 FILE_NOTICE_KEY = "history-file"   # an export or import that did not work
 IMPORT_WAIT_S = 5.0   # how long closing waits for an import to roll back
 
 
 class StoreCalls:
     """The history store, each operation guarded: a failure (disk full, read-only file)
-    becomes one notice instead of an exception, gone again once a save works."""
+    becomes one notice instead of an exception, gone again once a save works.
 
-    def __init__(self, store: HistoryStore, notices: NoticeArea) -> None:
+    Saves that find the file locked by another program wait in the store's journal
+    (``app.storage.pending_writes``): a notice says so, a timer tries them again, and
+    ``caught_up()`` is called once all are written."""
+
+    def __init__(self, store: HistoryStore, notices: NoticeArea, caught_up: Callable[[], None] = lambda: None) -> None:
         self.store: HistoryStore | None = store  # None once the window has let go of it
         self.notices = notices
         self._failing = False
+        self._caught_up = caught_up
+        self.retry_timer = QTimer()
+        self.retry_timer.setInterval(RETRY_INTERVAL_MS)
+        self.retry_timer.timeout.connect(self.retry)
+
+    def retry(self) -> None:
+        """Try the saves that wait again (the timer's tick)."""
+        if self.store is None:
+            self.retry_timer.stop()
+            return
+        self.call(self.store.retry_pending)
+
+    def _watch_pending(self) -> None:
+        if self.store is not None and self.store.pending_writes:
+            self.notices.show_notice(LOCK_NOTICE_KEY, LOCKED_TEXT, WARNING)
+            if not self.retry_timer.isActive():
+                self.retry_timer.start()
+        elif self.retry_timer.isActive():
+            self.retry_timer.stop()
+            self.notices.clear(LOCK_NOTICE_KEY)
+            self._caught_up()
 
     def call(self, operation: Callable[[], Any], default: Any = None, *, saves: bool = True) -> Any:
         try:
             result = operation()
+        except NotSavedYet:  # a read of a row still waiting to be written: the notice says why
+            return default
+        except HistoryLocked:  # a change that cannot wait in line (switching branch): not now
+            self.notices.show_notice(SAVE_NOTICE_KEY, "The chat history is locked by another program; "
+                                     "try that again in a moment.", ERROR)
+            self._failing = True
+            return default
         except (TandemError, sqlite3.Error) as exc:  # StorageError: disk full, read-only, ...
             text = str(exc) if isinstance(exc, TandemError) else f"Chat history error: {exc}"
             self.notices.show_notice(SAVE_NOTICE_KEY, text, ERROR)
             self._failing = True
+            self._watch_pending()
             return default
+        self._watch_pending()
         if saves and self._failing:
             self._failing = False
             self.notices.clear(SAVE_NOTICE_KEY)

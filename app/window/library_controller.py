@@ -119,10 +119,14 @@ class LibraryController(QObject):
     def scan(self) -> None:
         if self._scan is not None:
             return
-        folders, extra = list(self._settings().library_folders), list(self._extra_paths)
+        settings = self._settings()
+        folders, extra = list(settings.library_folders), list(self._extra_paths)
+        in_use = [p for pair in ((settings.target_path, settings.draft_path), *settings.recent_pairs)
+                  for p in pair if p]
 
         def work(job: _Job) -> ScanResult:
-            result = scan_library(library_locations(folders), progress=job.progressed.emit, cancel=job.cancel)
+            result = scan_library(library_locations(folders), progress=job.progressed.emit, cancel=job.cancel,
+                                  in_use=in_use)
             known = {e.path for e in result.entries}
             chosen = [read_entry(Path(p), shown_name(p), FOLDER) for p in extra if p not in known]
             return replace(result, entries=result.entries + chosen)

@@ -44,6 +44,18 @@ class SettingsController(QObject):
         self.changed.emit(settings)
         return changed
 
+    def override(self, changes: dict) -> None:
+        """Command-line settings from a second start: in force now, saved only if edited
+        (as this start's own). A value that is not valid is a notice, nothing more."""
+        try:
+            settings = self.settings.replace(**changes)
+        except (TandemError, TypeError) as exc:
+            self.notices.show_notice(SAVE_NOTICE_KEY, f"The settings of a second start were not used: {exc}", ERROR)
+            return
+        if settings != self.settings:
+            self.settings = settings
+            self.changed.emit(settings)
+
     def save(self, changes: dict) -> None:
         """Write ``changes`` over what is on disk (a failure is a notice, never an exception)."""
         if not changes:

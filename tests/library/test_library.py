@@ -226,3 +226,31 @@ def test_the_header_names_the_quantisation_when_it_can(tmp_path):
     f32 = read_entry(model(tmp_path / "a.gguf", file_type=0), "a.gguf", FOLDER)
     q4 = read_entry(model(tmp_path / "named-Q8_0.gguf", file_type=3), "named-Q8_0.gguf", FOLDER)
     assert (f32.quantisation, q4.quantisation) == ("F32", "Q4_1")  # the header wins over the name
+
+
+def test_the_models_tandem_fetched_made_and_uses_are_listed(tmp_path, tandem_home):
+    """A machine where Tandem downloaded the demo pair and made a draft lists them, and a
+    pair in use elsewhere, though no other app's folder exists."""
+    from app.library.locations import TANDEM
+
+    demo = model(tandem_home / "cache" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    made = model(tandem_home / "data" / "drafts" / "made-here.gguf")
+    chosen = model(tmp_path / "elsewhere" / "chosen.gguf")
+    (tandem_home / "data" / "history.sqlite3").write_bytes(b"SQLite format 3\x00")  # not a model
+    locations = library_locations(environ={}, home=tmp_path / "nobody")
+    assert [(l.kind, l.path) for l in locations] == [(TANDEM, tandem_home / "cache" / "models"),
+                                                     (TANDEM, tandem_home / "data")]
+    result = scan_library(locations, use_cache=False,
+                          in_use=[str(chosen), str(demo), str(tmp_path / "deleted.gguf"), ""])
+    assert {(e.name, e.source) for e in result.entries} == {
+        ("SmolLM2-135M-Instruct.Q4_1.gguf", TANDEM), ("drafts/made-here.gguf", TANDEM), ("chosen.gguf", TANDEM)}
+    assert all(e.usable for e in result.entries)
+    assert {Path(e.path) for e in result.entries} == {demo, made, chosen}  # the demo once, a gone file not at all
+    assert "add a folder" in result.notes[0]  # still: no other app's models were found
+
+
+def test_a_file_in_use_inside_a_place_keeps_that_places_name(home, tmp_path):
+    big = home / ".lmstudio" / "models" / "bigco" / "Big-7B-GGUF" / "Big-7B-Q8_0.gguf"
+    result = scan_library(library_locations(environ={}, home=home), use_cache=False, in_use=[str(big)])
+    [entry] = [e for e in result.entries if Path(e.path) == big]
+    assert (entry.name, entry.source) == ("bigco/Big-7B-GGUF/Big-7B-Q8_0.gguf", LM_STUDIO)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QTextFormat
 
 from app.engine.types import Stats, TokenEvent, TokenKind
 from app.ui.chat_view import ChatView
 from app.ui.message_view import COMPLETE, FAILED, STOPPED
 from app.ui.resources import token_palette
-from app.ui.token_style import KIND_PROPERTY
+from app.ui.token_style import KIND_PROPERTY, TARGET_TEXT_PROPERTY
 
 MARKUP = ["<b>bold</b>", " <img src=x onerror=alert(1)>", " <a href=\"https://example.com\">link</a>",
           " &amp; <script>x</script>", " [md](http://example.com) **strong**"]
@@ -80,6 +81,30 @@ def test_each_kind_has_its_colour_and_corrected_is_underlined(view):
     assert not any(fmt.fontUnderline() for fmt in (accepted, bonus, plain))
     assert [fmt.property(KIND_PROPERTY) for fmt in (accepted, corrected, bonus, plain)] == [
         "accepted", "corrected", "bonus", "plain"]
+
+
+def test_a_corrected_indent_is_tinted_not_underlined(view):
+    """A whitespace-only correction (a code line's indent) must not draw as "___"."""
+    from app.ui.token_style import WHITESPACE_TINT_ALPHA
+
+    corrected = QColor(token_palette(view.token_style.dark)["corrected"])
+    reply = view.add_reply()
+    view.append_tokens(reply, [
+        TokenEvent(1, "def f():\n", TokenKind.ACCEPTED),
+        TokenEvent(2, "    ", TokenKind.CORRECTED, draft_text="\t", draft_prob=0.4),
+        TokenEvent(3, "return", TokenKind.ACCEPTED),
+        TokenEvent(4, " word", TokenKind.CORRECTED, draft_text=" other", draft_prob=0.3),
+    ])
+    runs = dict(fragments(reply))
+    indent, word = runs["    "], runs["word"]
+    assert indent.property(KIND_PROPERTY) == "corrected" and not indent.fontUnderline()
+    tint = indent.background().color()
+    assert (tint.red(), tint.green(), tint.blue()) == (corrected.red(), corrected.green(), corrected.blue())
+    assert tint.alpha() == WHITESPACE_TINT_ALPHA < 128  # faint: a hint, not a block of colour
+    assert indent.property(TARGET_TEXT_PROPERTY) == "    "  # its tooltip still names the guess
+    assert word.fontUnderline() and word.background().style() == Qt.BrushStyle.NoBrush  # words as before
+    view.set_show_colours(False)
+    assert all(fmt.background().style() == Qt.BrushStyle.NoBrush for _, fmt in fragments(reply))
 
 
 def test_corrected_token_tooltip_shows_the_drafts_proposal_escaped(view, qtbot):

@@ -375,3 +375,46 @@ def test_the_app_starts_with_its_history_and_sets_a_corrupt_file_aside(qtbot, qa
     assert seen["store"].path == database and database.exists()
     with pytest.raises(Exception, match="closed"):
         seen["store"].list_conversations()  # closed when the app ended
+
+
+def test_a_history_locked_by_another_program_never_freezes_the_window(history_window, qtbot, tmp_path):
+    """Another program holds the history's write lock while a chat is sent and answered:
+    the event loop keeps ticking (a hang guard, not a timing), a notice says why nothing
+    is saved yet, and once the lock goes every message is written."""
+    import sqlite3
+    import time
+
+    from PySide6.QtCore import QTimer
+
+    from app.window.history_files import LOCK_NOTICE_KEY
+
+    window, _, store = history_window(tokens("Saved", " later"))
+    other = sqlite3.connect(store.path, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    ticks: list[float] = []
+    clock = QTimer()
+    clock.setInterval(20)
+    clock.timeout.connect(lambda: ticks.append(time.monotonic()))
+    clock.start()
+    try:
+        for question in ("Are you saved?", "And now?"):
+            send_and_wait(qtbot, window, question)
+        qtbot.wait(1200)  # a few of the history's retries, still locked
+        assert window.notices.notice(LOCK_NOTICE_KEY) is not None
+        assert "locked by another program" in window.notices.notice(LOCK_NOTICE_KEY).text()
+        assert store.pending_writes > 0 and not other.execute("SELECT * FROM messages").fetchall()
+    finally:
+        clock.stop()
+        other.execute("ROLLBACK")
+        other.close()
+    gaps = [later - earlier for earlier, later in zip(ticks, ticks[1:])]
+    assert len(gaps) > 10 and max(gaps) < 1.0  # SQLite's busy wait would stop it for seconds per save
+    qtbot.waitUntil(lambda: store.pending_writes == 0, timeout=10_000)
+    qtbot.waitUntil(lambda: window.notices.notice(LOCK_NOTICE_KEY) is None, timeout=5000)
+    [summary] = store.list_conversations()
+    assert [(m.role, m.text, m.status) for m in store.messages(summary.id)] == [
+        ("user", "Are you saved?", "complete"), ("assistant", "Saved later", "complete"),
+        ("user", "And now?", "complete"), ("assistant", "Saved later", "complete")]
+    assert window.history.current_id == summary.id  # the chat shown is the one saved
+    settle(qtbot, window)
+    assert sidebar_titles(window) == ["Are you saved?"]

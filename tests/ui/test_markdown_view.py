@@ -237,6 +237,18 @@ def test_corrected_tokens_keep_their_tooltip_in_formatted_text(view, qtbot):
     assert tip is not None and "&lt;pal&gt;" in tip and "p = 0.25" in tip
 
 
+def test_a_corrected_indent_in_a_code_block_is_tinted_not_underlined(view):
+    events = [TokenEvent(1, "```python\nif x:\n", TokenKind.ACCEPTED),
+              TokenEvent(2, "    ", TokenKind.CORRECTED, draft_text="  ", draft_prob=0.4),
+              TokenEvent(3, "pass\n```\n", TokenKind.ACCEPTED)]
+    reply = stream(view, events)
+    [code] = [v for v in reply.markdown_view.block_widgets() if isinstance(v, CodeBlockView)]
+    [indent] = [fmt for text, fmt in fragments(code.text_view.document()) if text == "    "]
+    assert indent.property(KIND_PROPERTY) == "corrected" and not indent.fontUnderline()
+    assert indent.background().color().alpha() < 128
+    assert indent.background().color().rgb() == QColor(token_palette(view.token_style.dark)["corrected"]).rgb()
+
+
 def test_show_source_round_trip(view):
     text = "# Title\n\nSome **bold** text.\n"
     reply = stream(view, [TokenEvent(0, text[:9], TokenKind.ACCEPTED), TokenEvent(1, text[9:], TokenKind.BONUS)])

@@ -78,3 +78,60 @@ def test_ok_with_an_invalid_value_keeps_the_dialog_open_and_says_why(make_dialog
     dialog.buttons.button(QDialogButtonBox.StandardButton.Ok).click()
     assert dialog.isVisible()
     assert "draft_min" in dialog.error_label.text()
+
+
+@pytest.mark.parametrize("scale", [1.0, 1.6])  # 1.6: the larger fonts of another desktop
+def test_the_dialog_is_as_big_as_its_labels_on_every_page(make_dialog, qapp, scale):
+    """Nothing cut off ("Stop drafting below p…"): each page's labels, check boxes and
+    fields get the room they ask for, even where the screen is small (a window sizing
+    itself is kept to 2/3 of the screen)."""
+    from PySide6.QtWidgets import QAbstractSpinBox, QCheckBox, QLabel
+
+    font = qapp.font()
+    larger = qapp.font()
+    larger.setPointSizeF(font.pointSizeF() * scale)
+    qapp.setFont(larger)
+    try:
+        dialog = make_dialog(Settings())
+    finally:
+        qapp.setFont(font)
+    dialog.setFont(larger)
+    dialog.show()
+    assert dialog.width() >= dialog.minimumSizeHint().width()
+    for page in range(dialog.tabs.count()):
+        dialog.tabs.setCurrentIndex(page)
+        qapp.processEvents()
+        shown = dialog.tabs.widget(page)
+        widgets = shown.findChildren(QLabel) + shown.findChildren(QCheckBox) + shown.findChildren(QAbstractSpinBox)
+        for widget in widgets:
+            if not widget.isVisible() or (isinstance(widget, QLabel) and widget.wordWrap()):
+                continue
+            hint = widget.sizeHint()
+            assert widget.width() >= hint.width() and widget.height() >= hint.height(), \
+                (dialog.tabs.tabText(page), getattr(widget, "text", lambda: "")())
+
+
+def test_a_new_dialog_sizes_itself_to_its_contents_not_to_a_fixed_width(make_dialog, qapp):
+    normal = make_dialog(Settings())
+    font = qapp.font()
+    larger = qapp.font()
+    larger.setPointSizeF(font.pointSizeF() * 1.6)
+    qapp.setFont(larger)
+    try:
+        large = make_dialog(Settings())  # as on a desktop with larger fonts
+    finally:
+        qapp.setFont(font)
+    assert large.width() >= large.minimumSizeHint().width() > normal.width() * 1.2
+
+
+def test_counts_read_singular_and_plural(make_dialog):
+    dialog = make_dialog(Settings(draft_min=1, draft_max=2, max_tokens=1))
+    assert dialog.editors["draft_min"].text() == "1 token"
+    assert dialog.editors["draft_max"].text() == "2 tokens"
+    assert dialog.editors["max_tokens"].text() == "1 token"
+    assert dialog.editors["n_ctx"].text() == "4096 tokens"
+    dialog.editors["draft_min"].stepUp()
+    assert dialog.editors["draft_min"].text() == "2 tokens"
+    dialog.editors["draft_min"].stepDown()
+    assert dialog.editors["draft_min"].text() == "1 token"
+    assert dialog.settings().draft_min == 1 and dialog.settings().max_tokens == 1  # the unit is not the value

@@ -77,9 +77,13 @@ def test_edit_sends_again_and_the_old_branch_stays(open_window, qtbot):
     send_and_wait(qtbot, window, "First question")
     send_and_wait(qtbot, window, "Second question")
     first_user = window.chat_view.messages()[0]
-    window.steering.branches.ask_text = lambda parent, text: "First question, edited"
+    qtbot.mouseClick(first_user.action_buttons["Edit"], Qt.MouseButton.LeftButton)
+    editor = first_user.editor  # in place, holding the text as sent
+    assert editor is not None and editor.isVisible() and editor.text() == "First question"
+    assert not first_user.text_view.isVisible()
+    qtbot.keyClicks(editor.box, ", edited")  # the cursor starts at the end
     with qtbot.waitSignal(window.reply_finished, timeout=REPLY_TIMEOUT_MS):
-        qtbot.mouseClick(first_user.action_buttons["Edit"], Qt.MouseButton.LeftButton)
+        qtbot.mouseClick(editor.save_button, Qt.MouseButton.LeftButton)
     assert shown(window) == [("user", "First question, edited"), ("assistant", "Ahoy!")]
     assert loader.models.histories[-1] == (("user", "First question, edited"),)  # the branch shown is sent
     edited = window.chat_view.messages()[0]
@@ -93,6 +97,26 @@ def test_edit_sends_again_and_the_old_branch_stays(open_window, qtbot):
     assert again.steering.branches.step(again.chat_view.messages()[0], -1)
     assert [text for _, text in shown(again)] == ["First question", "Ahoy!", "Second question", "Ahoy!"]
     assert len(store2.all_messages(conversation)) == 6
+
+
+def test_edit_in_place_by_keyboard_esc_keeps_and_ctrl_enter_sends(open_window, qtbot):
+    window, store, loader = open_window()
+    send_and_wait(qtbot, window, "Tell me about herons")
+    user = window.chat_view.messages()[0]
+    qtbot.mouseClick(user.action_buttons["Edit"], Qt.MouseButton.LeftButton)
+    qtbot.keyClicks(user.editor.box, " and egrets")
+    qtbot.keyClick(user.editor.box, Qt.Key.Key_Escape)  # the editor's, not the window's Stop
+    assert user.editor is None and shown(window) == [("user", "Tell me about herons"), ("assistant", "Ahoy!")]
+    assert len(loader.models.histories) == 1
+    qtbot.mouseClick(user.action_buttons["Edit"], Qt.MouseButton.LeftButton)
+    user.editor.box.selectAll()
+    qtbot.keyClicks(user.editor.box, "Tell me about")
+    qtbot.keyClick(user.editor.box, Qt.Key.Key_Return)  # a new line, not a send
+    qtbot.keyClicks(user.editor.box, "pelicans")
+    with qtbot.waitSignal(window.reply_finished, timeout=REPLY_TIMEOUT_MS):
+        qtbot.keyClick(user.editor.box, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    assert shown(window) == [("user", "Tell me about\npelicans"), ("assistant", "Ahoy!")]
+    assert loader.models.histories[-1] == (("user", "Tell me about\npelicans"),)
 
 
 def test_a_chat_keeps_its_preset(open_window, qtbot):
@@ -115,6 +139,8 @@ def test_first_run_asks_before_anything_downloads(open_window, qtbot):
     screen = window.steering.first_run.screen
     assert screen is not None and screen.isVisible() and not window.chat_view.isVisible()
     assert loader.specs == []  # nothing fetched or loaded unasked
+    assert not window.load_banner.isVisible()  # no "Loading models…" while nothing loads
+    assert window.model_label.text() != "Loading models…"
     with qtbot.waitSignal(window.client.loaded, timeout=REPLY_TIMEOUT_MS):
         qtbot.mouseClick(screen.demo_button, Qt.MouseButton.LeftButton)
     assert len(loader.specs) == 1 and loader.specs[0].uses_demo_pair
@@ -194,11 +220,37 @@ def test_a_chat_found_by_search_opens_on_the_branch_with_the_text(open_window, q
     window, store, _ = open_window()
     send_and_wait(qtbot, window, "Tell me about herons")
     conversation = window.history.current_id
-    window.steering.branches.ask_text = lambda parent, text: "Tell me about pelicans"
     with qtbot.waitSignal(window.reply_finished, timeout=REPLY_TIMEOUT_MS):
-        window.steering.branches.edit(window.chat_view.messages()[0])
+        window.steering.branches.save_edit(window.chat_view.messages()[0], "Tell me about pelicans")
     window.steering.branches.step(window.chat_view.messages()[0], -1)  # back to the herons
     window.new_chat()
     window.history.sidebar.search_edit.setText("pelicans")
     window.history.open_conversation(conversation)
     assert shown(window)[0] == ("user", "Tell me about pelicans")
+
+
+def test_the_library_lists_the_models_tandem_fetched_made_and_uses(open_window, qtbot, tmp_path, monkeypatch,
+                                                                    tandem_home):
+    """No other app's folder on this machine: the demo pair Tandem downloaded, a draft it
+    made, and the pair in use elsewhere are still listed (it used to say 0 models)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "library"))
+    from library_tree import model
+
+    from app.library.locations import TANDEM
+
+    monkeypatch.setenv("HOME", str(tmp_path / "nobody"))
+    for name in ("OLLAMA_MODELS", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    demo = model(tandem_home / "cache" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    made = model(tandem_home / "data" / "drafts" / "made-here.gguf")
+    target = model(tmp_path / "elsewhere" / "mine-target.gguf")
+    window, _, _ = open_window(settings=Settings(target_path=str(target), draft_path=str(demo)), history=False)
+    library = window.steering.library
+    library.open()
+    qtbot.waitUntil(lambda: library.result is not None, timeout=REPLY_TIMEOUT_MS)
+    listed = {Path(e.path): e for e in library.result.entries}
+    assert set(listed) == {demo, made, target} and all(e.usable and e.source == TANDEM for e in listed.values())
+    qtbot.waitUntil(lambda: library.dialog.models.topLevelItemCount() == 3, timeout=5000)  # shown, not just found
