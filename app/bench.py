@@ -187,6 +187,9 @@ def add_parser(commands, add_model_arguments) -> None:
     bench.add_argument("--copy", choices=["on", "off", "both"], default="on",
                        help="copy repeated text instead of drafting it (default: on, as in the app); "
                             "both: every setting runs with and without (\"8\" and \"8 nocopy\")")
+    from app import bench_methods
+
+    bench_methods.add_arguments(bench)
     bench.add_argument("--json", action="store_true", help="print the report as one JSON object")
     bench.add_argument("--chart", type=Path, help="write a PNG chart of speed-up and acceptance per category (default: no chart)")
     add_model_arguments(bench)
@@ -402,6 +405,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     prompts = read_prompts(prompts_path(args), args.limit, categories)
     settings = _draft_settings(args.draft_max)
     progress = TerminalProgress()
+    from app import bench_methods
+
+    method = bench_methods.prepare(args, progress)
+    print(f"method {method}", file=sys.stderr)
     session = load(args, progress)
     busy = threads = None
     try:
@@ -420,6 +427,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         session.close()
     if args.json:
         single = next(iter(report.values())) if len(report) == 1 else {"by_draft_max": report}
+        single = {"method": args.method, **single}
         if busy is not None:
             single = {"busy_processes": args.busy, "quiet": single,
                       "busy": next(iter(busy.values())) if len(busy) == 1 else {"by_draft_max": busy},

@@ -17,7 +17,8 @@ from typing import Protocol
 
 from app.library.cache import load_cache, save_cache
 from app.library.entries import LibraryEntry, read_entry, signature_of, split_parts
-from app.library.locations import FOLDER, Found, Location, default_locations, find, unique_existing
+from app.library.locations import FOLDER, MADE, Found, Location, default_locations, find, unique_existing
+from app.storage import paths
 
 ScanProgress = Callable[[int, int, str], None]  # (files done, files in all, the file's name)
 
@@ -44,10 +45,12 @@ class ScanResult:
 
 
 def library_locations(folders: Iterable[str | os.PathLike[str]] = (), *, include_defaults: bool = True,
-                      environ=None, home: Path | None = None) -> list[Location]:
-    """The usual places (when ``include_defaults``) and the user's own folders."""
+                      environ=None, home: Path | None = None, include_made: bool = False) -> list[Location]:
+    """The usual places (when ``include_defaults``), the user's own folders, and (with
+    ``include_made``) the drafts Tandem made from the user's targets."""
     places = default_locations(environ, home) if include_defaults else []
-    return unique_existing(places + [Location(FOLDER, Path(folder)) for folder in folders])
+    made = [Location(MADE, paths.drafts_dir())] if include_made else []
+    return unique_existing(places + [Location(FOLDER, Path(folder)) for folder in folders] + made)
 
 
 def scan_library(locations: list[Location], *, progress: ScanProgress | None = None,

@@ -48,6 +48,11 @@ def models_dir() -> Path:
     return _ensure(cache_dir() / "models")
 
 
+def drafts_dir() -> Path:
+    """Drafts made from the user's targets (``tandem make-draft``): the user's data, kept."""
+    return _ensure(data_dir() / "drafts")
+
+
 def settings_file() -> Path:
     return config_dir() / "settings.json"
 
