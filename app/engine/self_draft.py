@@ -6,8 +6,8 @@ Two ways to make a target smaller, alone or together (``tandem make-draft``):
 - **Quantised**: the same weights at fewer bits (the demo pair is exactly this: an F32
   target checked by its Q4_1). The variants are llama.cpp's own file types, written by
   ``llama_model_quantize``. The IQ1/IQ2 types need an importance matrix (llama.cpp
-  refuses them without one; Tandem does not make one), so they are refused here with
-  that reason; IQ3_S, IQ4_NL and IQ4_XS do not need one.
+  refuses them without one; Tandem does not make one), as do IQ3_XXS and IQ3_XS, so they
+  are refused here with that reason; IQ3_S, IQ4_NL and IQ4_XS do not need one.
 - **Early exit**: the target's first N layers only, with its own output norm and head
   (LayerSkip's idea; ``prune_layers`` of the quantizer drops the rest and rewrites
   ``block_count``). Safe only where every layer is alike and nothing depends on the
@@ -60,7 +60,7 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
 DEFAULT_VARIANT = "Q4_0"
 KEEP_TYPE = "keep"   # --variant keep: the target's own types, only cut (needs --layers)
 # llama.cpp refuses these without an importance matrix ("Missing importance matrix").
-NEEDS_IMATRIX = ("IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "Q2_K_S")
+NEEDS_IMATRIX = ("IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ3_XXS", "IQ3_XS", "Q2_K_S")
 
 # Architectures whose blocks are all alike (attention + MLP or MoE in every layer, no
 # per-layer pattern keyed to the layer count): the first N of them are a model.
@@ -183,7 +183,7 @@ def _variant_name(variant: str, layers: int | None) -> str:
         if layers is None:
             raise SelfDraftError("--variant keep writes the target's own types, so it needs --layers N")
         return name
-    if name in NEEDS_IMATRIX or (name.startswith("IQ") and name[2:3] in "12"):
+    if name in NEEDS_IMATRIX:
         raise SelfDraftError(f"{name} needs an importance matrix, which Tandem does not make; "
                              "choose IQ3_S or Q2_K for a very small draft")
     if name not in VARIANTS:
