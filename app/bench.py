@@ -3,7 +3,7 @@
 Spec-Bench's protocol: greedy, batch size 1, speed-up = mean tokens/s with
 speculation / mean tokens/s without, per category. Plain and speculative runs
 alternate their order prompt by prompt so drift in machine load hits both alike.
-With ``--repeat N`` each prompt runs N times in every setting and its middle run
+Each prompt runs ``--repeat N`` times (3 unless told) in every setting and its middle run
 counts (a moment of load elsewhere slows one run, not all of them); the overall
 speed-up carries a 95% interval from resampling the prompts, and auto is set
 against each fixed length prompt by prompt, so "auto beats 8" can be told from
@@ -182,8 +182,9 @@ def add_parser(commands, add_model_arguments) -> None:
     bench.add_argument("--max-tokens", "-n", "--n-predict", type=whole(1, 1_000_000), default=128,
                        help="tokens generated per prompt (default: %(default)s)")
     bench.add_argument("--draft-max", default="auto", help="N, a list like 1,3,5, or auto (default: auto)")
-    bench.add_argument("--repeat", type=whole(1, what="a number of runs"), default=1,
-                       help="runs per prompt and setting; the middle one counts (default: %(default)s)")
+    bench.add_argument("--repeat", type=whole(1, what="a number of runs"), default=3,
+                       help="runs per prompt and setting; the median one counts, so a moment of load "
+                            "elsewhere does not make a category look slower (default: %(default)s)")
     bench.add_argument("--copy", choices=["on", "off", "both"], default="on",
                        help="copy repeated text instead of drafting it (default: on, as in the app); "
                             "both: every setting runs with and without (\"8\" and \"8 nocopy\")")

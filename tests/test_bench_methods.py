@@ -38,7 +38,7 @@ def test_self_makes_a_draft_from_the_target_and_auto_then_uses_it(demo_models, t
     home = tmp_path / "home"
     prompts = tmp_path / "one.jsonl"
     prompts.write_text(json.dumps({"prompt": "Name three colours."}) + "\n")
-    common = ["--prompts", str(prompts), "--max-tokens", "8", "--draft-max", "3", "--json"]
+    common = ["--prompts", str(prompts), "--max-tokens", "8", "--draft-max", "3", "--repeat", "1", "--json"]
     made = bench(home, "--method", "self", "--self-variant", "Q4_0", "--target", str(demo_models.target), *common)
     assert made.returncode == 0, made.stderr
     report = json.loads(made.stdout)
