@@ -57,13 +57,14 @@ def prepare(args: argparse.Namespace, progress: Callable) -> str:
 
 def add_arguments(bench: argparse.ArgumentParser) -> None:
     from app.arg_types import whole
-    from app.engine.self_draft import DEFAULT_VARIANT
+    from app.engine.self_draft import DEFAULT_VARIANT, SMALL_TARGET_VARIANT
 
     bench.add_argument("--method", choices=names(), default="chain",
                        help="how to speculate: " + "; ".join(f"{m.name}: {m.about}" for m in _METHODS.values())
                             + " (default: %(default)s)")
-    bench.add_argument("--self-variant", default=DEFAULT_VARIANT, metavar="TYPE",
-                       help="--method self: the quantisation of the draft made from the target (default: %(default)s)")
+    bench.add_argument("--self-variant", default=None, metavar="TYPE",
+                       help="--method self: the quantisation of the draft made from the target (default: "
+                            f"{DEFAULT_VARIANT} for a float or Q8_0 target, else {SMALL_TARGET_VARIANT})")
     bench.add_argument("--self-layers", type=whole(1, 4096, what="a number of layers"), default=None, metavar="N",
                        help="--method self: keep only the target's first N layers (default: all)")
 

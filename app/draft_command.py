@@ -14,17 +14,17 @@ from app.arg_types import whole
 
 
 def add_parser(commands) -> None:
-    from app.engine.self_draft import DEFAULT_VARIANT, KEEP_TYPE, VARIANTS
+    from app.engine.self_draft import DEFAULT_VARIANT, KEEP_TYPE, SMALL_TARGET_VARIANT, VARIANTS
 
     make = commands.add_parser(
         "make-draft", help="write a draft from a target model (quantised and/or its first layers)",
         description="Write a draft for TARGET from TARGET itself, into Tandem's data folder, and "
                     "remember it for TARGET (the model library offers it first).")
     make.add_argument("target", type=Path, metavar="TARGET", help="the target GGUF")
-    make.add_argument("--variant", default=DEFAULT_VARIANT, metavar="TYPE",
+    make.add_argument("--variant", default=None, metavar="TYPE",
                       help="quantisation: " + ", ".join(VARIANTS) + f", or {KEEP_TYPE} (the target's own "
                            f"types, with --layers); IQ1/IQ2 types need an importance matrix "
-                           f"(default: %(default)s)")
+                           f"(default: {DEFAULT_VARIANT} for a float or Q8_0 target, else {SMALL_TARGET_VARIANT})")
     make.add_argument("--layers", type=whole(1, 4096, what="a number of layers"), default=None, metavar="N",
                       help="keep only the first N layers (early exit, the target's own output head); "
                            "only for architectures whose layers are all alike (default: all layers)")

@@ -89,8 +89,9 @@ class LibraryDialog(QDialog):
         self.check_button.clicked.connect(self._check)
         self.check_button.hide()
         self.make_draft_button = QPushButton("Make a draft from this model", self)
-        self.make_draft_button.setToolTip("Write a 4-bit copy of the chosen model into Tandem's data folder "
-                                          "and use it as the draft: no download, the same vocabulary.")
+        self.make_draft_button.setToolTip("Write a 4-bit copy of the chosen model (2-bit if it is already "
+                                          "4-bit) into Tandem's data folder and use it as the draft: no "
+                                          "download, the same vocabulary.")
         self.make_draft_button.clicked.connect(self._make_draft)
         self.draft_progress = QProgressBar(self)
         self.draft_progress.setRange(0, 1000)

@@ -51,11 +51,11 @@ class DraftTask(QObject):
 
     def _run(self) -> None:
         from app.backends.draft_maker import DraftCancelled, make_draft, space_line
-        from app.engine.self_draft import DEFAULT_VARIANT, plan_draft
+        from app.engine.self_draft import plan_draft
         from app.storage.made_drafts import find_made
 
         try:
-            plan = plan_draft(self.target, self._variant or DEFAULT_VARIANT, self._layers)
+            plan = plan_draft(self.target, self._variant, self._layers)
             layers = plan.keep_layers if plan.keep_layers < plan.n_layer else None
             made = find_made(plan.source, plan.variant, layers)
             if made is not None:

@@ -51,9 +51,9 @@ def test_make_draft_on_the_demo_target_checks_remembers_and_loads(demo_models, h
     assert "Traceback" not in first.stderr
     assert not list(made.parent.glob("*.part"))
     meta = read_metadata(made)
-    assert meta.file_type_name == "Q4_0" and meta.architecture == "llama"
+    assert meta.file_type_name == "Q4_K_M" and meta.architecture == "llama"  # the default for an F32 target
     remembered = made_drafts.made_for(demo_models.target)
-    assert [d.draft for d in remembered] == [str(made)] and remembered[0].variant == "Q4_0"
+    assert [d.draft for d in remembered] == [str(made)] and remembered[0].variant == "Q4_K_M"
     pair = tandem("check-pair", str(demo_models.target), str(made), "--json", home=home)
     assert pair.returncode == 0 and json.loads(pair.stdout)["compatible"] is True
     again = tandem("make-draft", str(demo_models.target), home=home)

@@ -48,13 +48,20 @@ def write_model(path: Path, *, arch: str = "llama", layers: int = 4, width: int 
 def test_a_quantised_plan_keeps_every_layer_and_needs_less_than_the_f32_file(tmp_path):
     path = write_model(tmp_path / "t.gguf")
     plan = plan_draft(path)
-    assert plan.variant == DEFAULT_VARIANT and plan.n_layer == plan.keep_layers == 4 and plan.prune == ()
+    assert plan.variant == DEFAULT_VARIANT == "Q4_K_M" and plan.n_layer == plan.keep_layers == 4 and plan.prune == ()
     assert plan.tensors_out == 1 + 4 * 2 + 1
-    # 4.5 bits for the 256-wide matrices against 32: about a seventh, plus room for metadata.
+    # 4.85 bits for the 256-wide matrices against 32: about a sixth, plus room for metadata.
     matrices = 4 * 256 * 256 * 4
     assert plan.bytes_needed < path.stat().st_size + (8 << 20)
     assert plan.bytes_needed - (8 << 20) < matrices // 4
-    assert "Q4_0" in plan.file_name() and plan.file_name().endswith(".draft.gguf")
+    assert "Q4_K_M" in plan.file_name() and plan.file_name().endswith(".draft.gguf")
+
+
+def test_the_default_variant_follows_the_target_s_own_type():
+    from app.engine.self_draft import default_variant
+
+    assert [default_variant(t) for t in (None, 0, 1, 32, 7)] == ["Q4_K_M"] * 5  # F32, F16, BF16, Q8_0
+    assert [default_variant(t) for t in (2, 3, 15, 10)] == ["Q2_K"] * 4  # already 4 bits or fewer
 
 
 def test_two_targets_named_alike_get_different_draft_files(tmp_path):
