@@ -16,6 +16,10 @@ def main(argv: list[str] | None = None) -> int:
         from app.backends.model_trial import main as trial
 
         return trial(argv[1:])
+    if argv[:1] == ["--make-draft"]:  # app.backends.draft_maker's child: the quantizer, cancellable by a kill
+        from app.backends.draft_child import main as make_draft
+
+        return make_draft(argv[1:])
     from app.cli import run
 
     return run(argv)

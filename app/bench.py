@@ -3,7 +3,7 @@
 Spec-Bench's protocol: greedy, batch size 1, speed-up = mean tokens/s with
 speculation / mean tokens/s without, per category. Plain and speculative runs
 alternate their order prompt by prompt so drift in machine load hits both alike.
-With ``--repeat N`` each prompt runs N times in every setting and its middle run
+Each prompt runs ``--repeat N`` times (3 unless told) in every setting and its middle run
 counts (a moment of load elsewhere slows one run, not all of them); the overall
 speed-up carries a 95% interval from resampling the prompts, and auto is set
 against each fixed length prompt by prompt, so "auto beats 8" can be told from
@@ -193,11 +193,15 @@ def add_parser(commands, add_model_arguments) -> None:
     bench.add_argument("--max-tokens", "-n", "--n-predict", type=whole(1, 1_000_000), default=128,
                        help="tokens generated per prompt (default: %(default)s)")
     bench.add_argument("--draft-max", default="auto", help="N, a list like 1,3,5, or auto (default: auto)")
-    bench.add_argument("--repeat", type=whole(1, what="a number of runs"), default=1,
-                       help="runs per prompt and setting; the middle one counts (default: %(default)s)")
+    bench.add_argument("--repeat", type=whole(1, what="a number of runs"), default=3,
+                       help="runs per prompt and setting; the median one counts, so a moment of load "
+                            "elsewhere does not make a category look slower (default: %(default)s)")
     bench.add_argument("--copy", choices=["on", "off", "both"], default="on",
                        help="copy repeated text instead of drafting it (default: on, as in the app); "
                             "both: every setting runs with and without (\"8\" and \"8 nocopy\")")
+    from app import bench_methods
+
+    bench_methods.add_arguments(bench)
     bench.add_argument("--json", action="store_true", help="print the report as one JSON object")
     bench.add_argument("--chart", type=Path, help="write a PNG chart of speed-up and acceptance per category (default: no chart)")
     add_model_arguments(bench)
@@ -419,6 +423,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     prompts = read_prompts(prompts_path(args), args.limit, categories)
     settings = _draft_settings(args.draft_max)
     progress = TerminalProgress()
+    from app import bench_methods
+
+    method = bench_methods.prepare(args, progress)
+    print(f"method {method}", file=sys.stderr)
     session = load(args, progress)
     busy = threads = None
     try:
@@ -437,6 +445,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         session.close()
     if args.json:
         single = next(iter(report.values())) if len(report) == 1 else {"by_draft_max": report}
+        single = {"method": args.method, **single}
         if busy is not None:
             single = {"busy_processes": args.busy, "quiet": single,
                       "busy": next(iter(busy.values())) if len(busy) == 1 else {"by_draft_max": busy},

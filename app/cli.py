@@ -63,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_sampling_arguments(chat, default_draft_max="auto")
     chat.add_argument("--system", type=utf8_text, default="", help="system prompt (default: none)")
 
+    from app import draft_command  # make-draft defines its own options
+    draft_command.add_parser(subcommands)
     from app import bench  # the bench command defines its own options
     bench.add_parser(subcommands, add_model_arguments)
     from app.server import command as serve  # the serve command defines its own options
@@ -110,6 +112,10 @@ def run(argv: Sequence[str] | None = None) -> int:
             from app import bench
 
             return bench.cmd_bench(args)
+        if command == "make-draft":
+            from app.draft_command import cmd_make_draft
+
+            return cmd_make_draft(args)
         if command == "serve":
             from app.server.command import cmd_serve
 

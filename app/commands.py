@@ -77,12 +77,26 @@ def cmd_check_pair(args: argparse.Namespace) -> int:
     from app.engine.gguf_header import shown_name
 
     result = check_pair(args.target_path, args.draft_path)
+    not_used = heads_not_used(args.target_path, args.draft_path)
     if args.json:
-        print(json.dumps({"compatible": result.ok, "rule": result.rule, "reason": result.reason}))
+        print(json.dumps({"compatible": result.ok, "rule": result.rule, "reason": result.reason,
+                          "not_used": not_used}))
     else:
         print(result.reason if not result.ok else
               f"Compatible: {shown_name(args.draft_path)} can draft for {shown_name(args.target_path)}.")
+        for line in not_used:
+            print(line)
     return 0 if result.ok else 1
+
+
+def heads_not_used(*paths: Path) -> list[str]:
+    """One line per file that carries heads trained to draft (MTP, EAGLE-3, Medusa)."""
+    from app.engine.draft_heads import not_used_line
+    from app.engine.gguf_header import shown_name
+    from app.engine.gguf_meta import read_metadata
+
+    return [f"{shown_name(path)}: {not_used_line(heads)}" for path in paths
+            if (heads := read_metadata(path).draft_heads)]
 
 
 def cmd_chat(args: argparse.Namespace) -> int:

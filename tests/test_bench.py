@@ -80,7 +80,7 @@ def test_bench_json_and_chart(demo_models, tmp_path):
     chart = tmp_path / "chart.png"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     result = subprocess.run(
-        [sys.executable, "-m", "app", "bench", "--prompts", str(prompts), "--max-tokens", "24",
+        [sys.executable, "-m", "app", "bench", "--prompts", str(prompts), "--max-tokens", "24", "--repeat", "1",
          "--draft-max", "4", "--json", "--chart", str(chart)],
         capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     assert result.returncode == 0, result.stderr

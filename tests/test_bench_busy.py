@@ -132,7 +132,7 @@ def test_bench_busy_edit_workload_tiny_run(demo_models):
     """One edit prompt, a few tokens, one busy process: both figures side by side, and no
     busy child left once the bench has exited."""
     bench = subprocess.Popen(
-        [sys.executable, "-m", "app", "bench", "--workload", "edit", "--limit", "1", "--max-tokens", "6",
+        [sys.executable, "-m", "app", "bench", "--workload", "edit", "--limit", "1", "--max-tokens", "6", "--repeat", "1",
          "--draft-max", "4", "--busy", "1", "--json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)),
         cwd=ROOT)

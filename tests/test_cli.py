@@ -264,7 +264,7 @@ def test_bench_runs_from_an_installed_copy_outside_the_checkout(demo_models, tmp
     env["PYTHONPATH"] = str(site)
     work = tmp_path / "elsewhere"
     work.mkdir()
-    result = subprocess.run([sys.executable, "-m", "app", "bench", "--limit", "2", "--max-tokens", "8",
+    result = subprocess.run([sys.executable, "-m", "app", "bench", "--limit", "2", "--max-tokens", "8", "--repeat", "1",
                              "--draft-max", "3", "--json"], capture_output=True, text=True, timeout=300,
                             env=env, cwd=work)
     assert result.returncode == 0, result.stderr[-2000:]

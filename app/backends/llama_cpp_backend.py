@@ -26,7 +26,9 @@ log = logging.getLogger("tandem.llama")
 
 FTYPES = {"F32": ll.LLAMA_FTYPE_ALL_F32, "F16": ll.LLAMA_FTYPE_MOSTLY_F16,
           "Q8_0": ll.LLAMA_FTYPE_MOSTLY_Q8_0, "Q4_0": ll.LLAMA_FTYPE_MOSTLY_Q4_0,
-          "Q4_1": ll.LLAMA_FTYPE_MOSTLY_Q4_1}
+          "Q4_1": ll.LLAMA_FTYPE_MOSTLY_Q4_1, "Q4_K_M": ll.LLAMA_FTYPE_MOSTLY_Q4_K_M,
+          "Q2_K": ll.LLAMA_FTYPE_MOSTLY_Q2_K, "IQ4_NL": ll.LLAMA_FTYPE_MOSTLY_IQ4_NL,
+          "IQ4_XS": ll.LLAMA_FTYPE_MOSTLY_IQ4_XS, "IQ3_S": ll.LLAMA_FTYPE_MOSTLY_IQ3_S}
 _LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
 
 
@@ -373,18 +375,26 @@ def _flash_attn_type(choice: str, n_gpu_layers: int, *, exact: bool) -> int:
     return ll.LLAMA_FLASH_ATTN_TYPE_ENABLED if exact else ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
 
 
-def quantize(source: str | Path, dest: str | Path, ftype: str) -> None:
-    """Write ``source`` re-encoded as ``ftype`` (e.g. "F32", "Q4_0") with llama.cpp's quantizer."""
+def quantize(source: str | Path, dest: str | Path, ftype: str | None,
+             prune_layers: Sequence[int] = ()) -> None:
+    """Write ``source`` re-encoded as ``ftype`` (e.g. "F32", "Q4_0"; None: the types it has)
+    with llama.cpp's quantizer, without the layers in ``prune_layers`` (ascending)."""
     source, dest = Path(source), Path(dest)
     validate_gguf(source)
     _ensure_initialised()
     params = ll.llama_model_quantize_default_params()
-    params.ftype = FTYPES[ftype]
+    if ftype is None:
+        params.only_copy = True
+    else:
+        params.ftype = FTYPES[ftype]
     params.allow_requantize = True
     params.nthread = os.cpu_count() or 1
+    if prune_layers:  # llama.cpp reads the list up to a -1; the array must outlive the call
+        pruned = (ctypes.c_int32 * (len(prune_layers) + 1))(*prune_layers, -1)
+        params.prune_layers = ctypes.cast(pruned, ctypes.POINTER(ctypes.c_int32))
     _recent_errors.clear()
     if ll.llama_model_quantize(os.fsencode(source), os.fsencode(dest), ctypes.byref(params)) != 0:
-        raise BackendError(f"Could not write {shown_name(dest)} as {ftype} ({_last_error()})")
+        raise BackendError(f"Could not write {shown_name(dest)} as {ftype or 'a copy'} ({_last_error()})")
 
 
 # llama.cpp's closing words after a failed load; the line before them says why.

@@ -18,7 +18,15 @@ draft would be worth; an unsure token ends the draft where a rejection is likely
 Drafts below the learned ``p_min`` are not proposed at all.
 
 Costs are noisy, so speculation is switched off only after the model has said
-"plain is faster" several rounds in a row; switching it back on is immediate.
+"plain is faster" several rounds in a row; switching it back on is immediate. Where
+plain is clearly faster (``CLEAR_LEAD``: by a tenth or more), that verdict may come
+after half the warm-up, so a draft that does not pay stops four rounds sooner; where
+speculation pays, nothing changes. Neither the votes nor the probes were cut further:
+on the recorded trace (tests/engine/policy_trace.json) two votes instead of four kept a
+recovered draft off for 12 more of 420 rounds, and spacing probes out kept it off
+for good, because probes' draft steps are what refresh the draft's cost estimate (a
+median of the last 62). (Every decision here only sets how much is drafted: the output
+stays the target's.)
 """
 
 from __future__ import annotations
@@ -36,6 +44,8 @@ PROBE_EVERY = 16       # plain rounds between probes once speculation stopped pa
 EXPLORE_EVERY = 8      # every so often draft one token more or less, to measure other batch sizes
 WARMUP_ROUNDS = 8      # speculate at least this long before judging that it does not pay
 OFF_AFTER = 4          # consecutive "plain is faster" verdicts before speculation stops
+CLEAR_LEAD = 1.10      # plain's expected speed over the best draft's that is a clear verdict ...
+CLEAR_WARMUP_ROUNDS = WARMUP_ROUNDS // 2  # ... may be reached after this many judged rounds
 _FIRST_LENGTH = 4      # what to draft before anything is measured, and when probing
 _PLATEAU = 0.01        # lengths within this fraction of the best expected speed count as equally good
 
@@ -95,6 +105,7 @@ class FixedDraftLength:
 class BestDraft(NamedTuple):
     length: int                 # the most tokens worth drafting; 0 when plain decoding is faster
     reach_floor: float | None   # see AutoDraftLength._go_on; None: no cut yet
+    plain_lead: float = 0.0     # plain's expected speed / the best draft's (> 1: plain is faster)
 
 
 class AutoDraftLength:
@@ -114,11 +125,11 @@ class AutoDraftLength:
     def plan_round(self, limit: int) -> RoundPlan:
         """This round's plan; counts the round, votes on plain vs speculative and probes."""
         self._rounds += 1
-        k, floor = self.best_draft()
+        k, floor, _lead = self.best_draft()
         if k:
             self._plain_votes, self._off = 0, False
             self._last_length = k
-        elif self.positions.rounds_judged >= WARMUP_ROUNDS:
+        elif self.positions.rounds_judged >= CLEAR_WARMUP_ROUNDS:  # a verdict best_draft allows
             self._plain_votes += 1
             self._off = self._plain_votes >= OFF_AFTER
         if self._off:
@@ -184,16 +195,18 @@ class AutoDraftLength:
         if costs is None:
             return BestDraft(_FIRST_LENGTH, None)  # nothing measured yet
         rates = _expected_rates(self.positions.rates, costs)
-        if self.positions.rounds_judged < WARMUP_ROUNDS:
+        lead = rates[0] / max(rates[1:])
+        judged = self.positions.rounds_judged
+        if judged < WARMUP_ROUNDS and not (judged >= CLEAR_WARMUP_ROUNDS and lead >= CLEAR_LEAD):
             rates[0] = 0.0  # too few rounds to conclude that plain decoding is faster
         best = max(rates)
         if rates[0] == best:
-            return BestDraft(0, None)
+            return BestDraft(0, None, lead)
         length = next(k for k in range(1, len(rates)) if rates[k] >= best * (1 - _PLATEAU))
         sure = _expected_rates([self.confidence.rates[-1]] * AUTO_MAX, costs)
         ceiling = sure.index(max(sure[1:]))
         one_more_token = costs[2] - costs[1]  # a draft step and one more verified token
-        return BestDraft(max(length, ceiling), best * one_more_token)
+        return BestDraft(max(length, ceiling), best * one_more_token, lead)
 
     # -- learning -----------------------------------------------------------
     def observe_draft(self, step_seconds: Sequence[float]) -> None:

@@ -16,7 +16,7 @@ import os
 import struct
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +66,17 @@ class GGUFHeader:
     data_size: int    # bytes of tensor data, alignment padding included
     file_size: int
     n_parameters: int = 0  # elements of all tensors: the model's parameter count (this file's part)
+    tensors: tuple[TensorInfo, ...] = field(default=(), repr=False)  # in file order
 
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor as the header describes it (its data is not read)."""
+
+    name: str
+    shape: tuple[int, ...]
+    ggml_type: int
+    nbytes: int
 
 
 def validate_gguf(path: str | os.PathLike[str]) -> GGUFHeader:
@@ -204,6 +214,7 @@ class _Walker:
         self.values: dict[str, Any] = {}
         self.pos = 0
         self.n_parameters = 0
+        self.tensors: list[TensorInfo] = []
 
     def fail(self, message: str) -> ModelFileError:
         return file_error(self.path, message)
@@ -268,7 +279,7 @@ class _Walker:
         data_offset = _pad(self.pos, alignment) if n_tensors else self.pos
         data_size = self.check_tensor_data(infos, data_offset, alignment)
         return GGUFHeader(version, n_tensors, n_kv, alignment, data_offset, data_size, self.size,
-                          self.n_parameters)
+                          self.n_parameters, tuple(self.tensors))
 
     # -- metadata ----------------------------------------------------------
 
@@ -387,6 +398,7 @@ class _Walker:
             offset = self.u64(f"data offset of tensor '{name}'")
             self.n_parameters += n_elements
             infos.append((name, offset, n_elements // block * type_size))
+            self.tensors.append(TensorInfo(name, tuple(dims), ggml_type, n_elements // block * type_size))
         return infos
 
     def check_tensor_data(self, infos: list[tuple[str, int, int]], data_offset: int, alignment: int) -> int:

@@ -19,6 +19,7 @@ from typing import Any
 
 import gguf
 
+from app.engine.draft_heads import is_head_key, trained_heads
 from app.engine.gguf_header import file_error, scan_header, shown_name
 from app.engine.gguf_rules import ADD_BOS_BPE_PRE
 
@@ -61,6 +62,7 @@ class ModelMetadata:
     file_type: int | None               # llama_ftype, e.g. 3 = MOSTLY_Q4_1
     file_size: int
     n_parameters: int = 0               # elements of this file's tensors (a split model: this part's)
+    draft_heads: tuple[str, ...] = ()   # trained drafting heads it carries (draft_heads.py), not used yet
 
     @property
     def file_type_name(self) -> str | None:
@@ -87,7 +89,7 @@ class Compatibility:
 
 
 def _metadata_key(key: str) -> bool:  # one function, so a file's scan for it is kept (scan_header)
-    return key in _WANTED_KEYS or key.endswith(".context_length")
+    return key in _WANTED_KEYS or key.endswith(".context_length") or is_head_key(key)
 
 
 def read_metadata(path: str | os.PathLike[str]) -> ModelMetadata:
@@ -122,6 +124,7 @@ def read_metadata(path: str | os.PathLike[str]) -> ModelMetadata:
         file_type=get.integer("general.file_type"),
         file_size=header.file_size,
         n_parameters=header.n_parameters,
+        draft_heads=trained_heads(architecture, values, (t.name for t in header.tensors)),
     )
 
 

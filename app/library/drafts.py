@@ -8,19 +8,23 @@ token texts; two files with the same token digest share them; for the rest both
 headers are read again and the rule run on the real vocabularies. The trial load that
 check-pair adds comes when the pair is loaded (or "Check speculation" is run).
 
-Best first: compatible drafts of the target's architecture, then those with the very
+Best first: drafts Tandem made from this very target (``tandem make-draft``, remembered in
+``storage/made_drafts.py``; the same weights, so they need no vocabulary check), then
+compatible drafts of the target's architecture, then those with the very
 same vocabulary, then smaller files before larger (a draft pays only when it is much
 cheaper to run than the target; one not smaller than the target is listed last, said so).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from app.engine.errors import ModelFileError
 from app.engine.gguf_meta import ModelMetadata, check_compatibility, read_metadata
 from app.library.entries import LibraryEntry, Vocabulary
+from app.storage.made_drafts import MadeDraft, made_for
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,7 @@ class DraftCandidate:
     size_ratio: float    # target size / draft size: 8.0 means the draft is 8x smaller
     same_architecture: bool
     same_vocabulary: bool
+    made_from_target: str = ""  # how Tandem made it from this very target ("Q4_0"), "" if it did not
 
 
 def find_drafts(target: LibraryEntry, library: list[LibraryEntry]) -> list[DraftCandidate]:
@@ -42,8 +47,14 @@ def find_drafts(target: LibraryEntry, library: list[LibraryEntry]) -> list[Draft
     target_meta: ModelMetadata | None = None
     target_error: str | None = None
     candidates = []
+    made = {d.draft: _made_words(d) for d in made_for(target.path)}
     for entry in library:
         if entry.path == target.path or not entry.usable:
+            continue
+        how = made.get(os.path.realpath(entry.path))
+        if how:  # the target's own weights, re-encoded: nothing to compare
+            ratio = target.size / entry.size if entry.size else 0.0
+            candidates.append(DraftCandidate(entry, True, f"made from this model ({how})", ratio, True, True, how))
             continue
         ratio = target.size / entry.size if entry.size else 0.0
         same_arch = bool(target.architecture) and entry.architecture == target.architecture
@@ -72,8 +83,13 @@ def compatible_drafts(target: LibraryEntry, library: list[LibraryEntry]) -> list
     return [c for c in find_drafts(target, library) if c.compatible]
 
 
+def _made_words(made: MadeDraft) -> str:
+    return made.variant + (f", first {made.layers} layers" if made.layers else "")
+
+
 def _rank(candidate: DraftCandidate) -> tuple:
     return (not candidate.compatible,
+            not candidate.made_from_target,     # made from this very target: first
             candidate.size_ratio <= 1.0,        # not smaller than the target: last of the compatible
             not candidate.same_architecture,
             not candidate.same_vocabulary,

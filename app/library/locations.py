@@ -25,6 +25,7 @@ OLLAMA = "Ollama"
 HUGGING_FACE = "Hugging Face"
 FOLDER = "Folder"
 TANDEM = "Tandem"  # files Tandem fetched, wrote or uses
+MADE = "Made by Tandem"   # drafts made from a target (tandem make-draft), in the data folder
 
 MAX_DEPTH = 6                # a user folder: models/<publisher>/<repo>/<quant>/file is deep enough
 MAX_ENTRIES = 200_000        # directory entries looked at per place, so a folder like ~ ends

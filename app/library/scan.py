@@ -18,7 +18,7 @@ from typing import Protocol
 from app.engine.gguf_header import shown_name
 from app.library.cache import load_cache, save_cache
 from app.library.entries import LibraryEntry, read_entry, signature_of, split_parts
-from app.library.locations import FOLDER, TANDEM, Found, Location, default_locations, find, unique_existing
+from app.library.locations import FOLDER, MADE, TANDEM, Found, Location, default_locations, find, unique_existing
 from app.storage import paths
 
 ScanProgress = Callable[[int, int, str], None]  # (files done, files in all, the file's name)
@@ -47,11 +47,14 @@ class ScanResult:
 
 def library_locations(folders: Iterable[str | os.PathLike[str]] = (), *, include_defaults: bool = True,
                       environ=None, home: Path | None = None,
-                      own: Iterable[str | os.PathLike[str]] | None = None) -> list[Location]:
-    """Tandem's own model folders (``own``, by default ``paths.own_model_folders()``), the
-    usual places (when ``include_defaults``) and the user's own folders."""
+                      own: Iterable[str | os.PathLike[str]] | None = None, include_made: bool = False) -> list[Location]:
+    """The drafts Tandem made from the user's targets (with ``include_made``), Tandem's
+    own model folders (``own``, by default ``paths.own_model_folders()``), the usual
+    places (when ``include_defaults``) and the user's own folders. A file found twice
+    keeps its first place's name, so a made draft reads "Made by Tandem"."""
     own = paths.own_model_folders() if own is None else own
-    places = [Location(TANDEM, Path(folder)) for folder in own]
+    places = [Location(MADE, paths.drafts_dir())] if include_made else []
+    places += [Location(TANDEM, Path(folder)) for folder in own]
     places += default_locations(environ, home) if include_defaults else []
     return unique_existing(places + [Location(FOLDER, Path(folder)) for folder in folders])
 
@@ -85,7 +88,7 @@ def scan_library(locations: list[Location], *, progress: ScanProgress | None = N
         kept.update({e.path: e for e in entries})
         save_cache(list(kept.values()), cache_path)
     entries.sort(key=lambda e: (not e.usable, e.name.casefold(), e.path))
-    notes = [] if any(l.kind != TANDEM for l in locations) else ["No model folders were found (LM Studio, Ollama, the Hugging Face cache); "
+    notes = [] if any(l.kind not in (TANDEM, MADE) for l in locations) else ["No model folders were found (LM Studio, Ollama, the Hugging Face cache); "
                                   "add a folder that holds GGUF files."]
     return ScanResult(entries, locations, read, cancelled, notes)
 

@@ -64,6 +64,11 @@ def own_model_folders() -> list[Path]:
     return [_root("cache") / "models", _root("data")]
 
 
+def drafts_dir() -> Path:
+    """Drafts made from the user's targets (``tandem make-draft``): the user's data, kept."""
+    return _ensure(data_dir() / "drafts")
+
+
 def settings_file() -> Path:
     return config_dir() / "settings.json"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QFileDialog, QFrame, QLabel, QPushButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import QFileDialog, QFrame, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
 from app.models.demo import (DOWNLOAD_BYTES, DRAFT_BYTES, TARGET_BYTES, WHEEL_NAME, WHEEL_PAGE)
 
@@ -41,6 +41,8 @@ class FirstRunScreen(QWidget):
     demo_requested = Signal()
     demo_wheel_chosen = Signal(str)   # a downloaded copy of the wheel (offline)
     target_chosen = Signal(str)
+    make_draft_chosen = Signal(str)   # a target to make a draft from (then the pair loads)
+    make_draft_cancelled = Signal()
     scan_requested = Signal()
 
     def __init__(self, parent: QWidget | None = None, choose_file: FileChooser = _qt_chooser) -> None:
@@ -69,8 +71,18 @@ class FirstRunScreen(QWidget):
 
         self.target_button = QPushButton("Choose a target file…", self)
         self.target_button.clicked.connect(self._choose_target)
+        self.make_draft_button = QPushButton("Choose a target and make a draft from it…", self)
+        self.make_draft_button.clicked.connect(self._choose_target_for_draft)
+        self.draft_progress = QProgressBar(self)
+        self.draft_progress.setRange(0, 1000)
+        self.draft_progress.hide()
+        self.draft_cancel_button = QPushButton("Cancel", self)
+        self.draft_cancel_button.clicked.connect(self.make_draft_cancelled)
+        self.draft_cancel_button.hide()
         layout.addWidget(self._card("Use a model you have", self._plain(
-            "A GGUF file; the library then finds a compatible draft for it."), self.target_button))
+            "A GGUF file; the library then finds a compatible draft for it. No draft? Tandem can make "
+            "one from the model itself (a 4-bit copy in its data folder, no download)."),
+            self.target_button, self.make_draft_button, self.draft_progress, self.draft_cancel_button))
 
         self.scan_button = QPushButton("Scan for models…", self)
         self.scan_button.clicked.connect(self.scan_requested)
@@ -92,6 +104,31 @@ class FirstRunScreen(QWidget):
     def show_status(self, text: str) -> None:
         self.status.setText(text)
         self.status.setVisible(bool(text))
+
+    def show_making_draft(self, text: str) -> None:
+        self.make_draft_button.setEnabled(False)
+        self.target_button.setEnabled(False)
+        self.draft_progress.setValue(0)
+        self.draft_progress.show()
+        self.draft_cancel_button.show()
+        self.show_status(text)
+
+    def show_draft_progress(self, fraction: float, stage: str) -> None:
+        self.draft_progress.setValue(int(max(0.0, min(1.0, fraction)) * 1000))
+        self.draft_progress.setFormat(f"{stage}: %p%")
+
+    def show_draft_finished(self, text: str) -> None:
+        self.make_draft_button.setEnabled(True)
+        self.target_button.setEnabled(True)
+        self.draft_progress.hide()
+        self.draft_cancel_button.hide()
+        self.show_status(text)
+
+    def _choose_target_for_draft(self) -> None:
+        path = self._choose_file(self, "Choose the target model to make a draft from", str(Path.home()),
+                                 GGUF_FILTER)
+        if path:
+            self.make_draft_chosen.emit(path)
 
     def _choose_wheel(self) -> None:
         path = self._choose_file(self, "Choose the demo wheel", str(Path.home()), WHEEL_FILTER)

@@ -42,6 +42,8 @@ class LibraryDialog(QDialog):
     pair_chosen = Signal(str, str)         # target path, draft path
     check_requested = Signal(str, str)     # "Check speculation" for that pair
     chat_format_chosen = Signal(str, str)  # model path, chat format ('' : the file's own template)
+    make_draft_requested = Signal(str)     # "Make a draft from this model": the target's path
+    make_draft_cancelled = Signal()
 
     def __init__(self, parent: QWidget | None = None, choose_folder: FolderChooser = _qt_folder) -> None:
         super().__init__(parent)
@@ -97,9 +99,24 @@ class LibraryDialog(QDialog):
         self.check_button.setToolTip("Load the pair and run the self-test: lossless, and how much faster.")
         self.check_button.clicked.connect(self._check)
         self.check_button.hide()
+        self.make_draft_button = QPushButton("Make a draft from this model", self)
+        self.make_draft_button.setToolTip("Write a 4-bit copy of the chosen model (2-bit if it is already "
+                                          "4-bit) into Tandem's data folder and use it as the draft: no "
+                                          "download, the same vocabulary.")
+        self.make_draft_button.clicked.connect(self._make_draft)
+        self.draft_progress = QProgressBar(self)
+        self.draft_progress.setRange(0, 1000)
+        self.draft_progress.hide()
+        self.draft_cancel_button = QPushButton("Cancel", self)
+        self.draft_cancel_button.setToolTip("Stop making the draft; nothing is kept")
+        self.draft_cancel_button.clicked.connect(self.make_draft_cancelled)
+        self.draft_cancel_button.hide()
+        self._making = False
         close = QPushButton("Close", self)
         close.clicked.connect(self.reject)
         bottom = QHBoxLayout()
+        for widget in (self.make_draft_button, self.draft_progress, self.draft_cancel_button):
+            bottom.addWidget(widget)
         bottom.addStretch(1)
         for widget in (self.use_button, self.check_button, close):
             bottom.addWidget(widget)
@@ -211,6 +228,27 @@ class LibraryDialog(QDialog):
         self.status.setText("The pair is set. Check speculation runs the self-test on it: "
                             "the same reply with and without the draft, and the speed of each.")
 
+    def show_making_draft(self, text: str) -> None:
+        """A draft is being made: the bar and Cancel, and what it needs (``text``)."""
+        self._making = True
+        self.draft_progress.setValue(0)
+        self.draft_progress.show()
+        self.draft_cancel_button.show()
+        self.status.setText(text)
+        self._update_buttons()
+
+    def show_draft_progress(self, fraction: float, stage: str) -> None:
+        self.draft_progress.setValue(int(max(0.0, min(1.0, fraction)) * 1000))
+        self.draft_progress.setFormat(f"{stage}: %p%")
+
+    def show_draft_finished(self, text: str) -> None:
+        """Made, failed or cancelled: ``text`` says which, in one line."""
+        self._making = False
+        self.draft_progress.hide()
+        self.draft_cancel_button.hide()
+        self.status.setText(text)
+        self._update_buttons()
+
     # --- reading the selection ------------------------------------------------------------
 
     def selected_target(self) -> str | None:
@@ -251,6 +289,13 @@ class LibraryDialog(QDialog):
 
     def _update_buttons(self) -> None:
         self.use_button.setEnabled(bool(self.selected_target() and self.selected_draft()))
+        target = self._entries.get(self.selected_target() or "")
+        self.make_draft_button.setEnabled(bool(target and target.usable) and not self._making)
+
+    def _make_draft(self) -> None:
+        target = self.selected_target()
+        if target:
+            self.make_draft_requested.emit(target)
 
     def _use_pair(self) -> None:
         target, draft = self.selected_target(), self.selected_draft()

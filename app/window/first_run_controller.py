@@ -16,10 +16,12 @@ from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QBoxLayout, QWidget
 
 from app.bridge.worker import EngineClient
+from app.engine.gguf_header import shown_name
 from app.models.demo import DOWNLOAD_BYTES
 from app.storage.settings import Settings
 from app.ui.first_run import FirstRunScreen, megabytes
 from app.ui.notices import NoticeArea
+from app.window.draft_task import DraftTask
 from app.window.model_loading import LOAD_NOTICE_KEY
 
 WHEEL_VARIABLE = "TANDEM_DEMO_WHEEL"  # where app.models.demo looks for a downloaded wheel
@@ -50,6 +52,7 @@ class FirstRunController(QObject):
         self._parent = parent
         self.screen: FirstRunScreen | None = None
         self._fetching_demo = False
+        self.draft_task: DraftTask | None = None
 
     @property
     def showing(self) -> bool:
@@ -63,6 +66,8 @@ class FirstRunController(QObject):
         screen.demo_requested.connect(self.use_demo)
         screen.demo_wheel_chosen.connect(self.use_wheel)
         screen.target_chosen.connect(self.use_target)
+        screen.make_draft_chosen.connect(self.make_draft)
+        screen.make_draft_cancelled.connect(self.cancel_draft)
         screen.scan_requested.connect(lambda: self._open_library(None))
         self.client.loaded.connect(self._loaded)
         self.client.load_failed.connect(self._load_failed)
@@ -84,6 +89,35 @@ class FirstRunController(QObject):
     def use_target(self, path: str) -> None:
         self._apply(self._settings().replace(target_path=path))  # a load follows
         self._open_library(path)
+
+    def make_draft(self, target: str) -> None:
+        """A target and no draft: make one from it (off the GUI thread), then load the pair."""
+        if self.screen is None or self.draft_task is not None:
+            return
+        self.draft_task = task = DraftTask(target, parent=self)
+        task.planned.connect(lambda text: self._on_screen("show_making_draft", text + "."))
+        task.progressed.connect(lambda fraction, stage: self._on_screen("show_draft_progress", fraction, stage))
+        task.done.connect(lambda draft: self._draft_made(target, draft))
+        task.failed.connect(self._draft_ended)
+        task.cancelled.connect(lambda: self._draft_ended("Making the draft was cancelled; nothing was kept."))
+        self.screen.show_making_draft(f"Making a draft from {shown_name(target)}…")
+        task.start()
+
+    def cancel_draft(self) -> None:
+        if self.draft_task is not None:
+            self.draft_task.cancel()
+
+    def _draft_made(self, target: str, draft: str) -> None:
+        self._draft_ended(f"Made {shown_name(draft)}; loading {shown_name(target)} with it…")
+        self._apply(self._settings().replace(target_path=target, draft_path=draft, drafter="model"))  # a load follows
+
+    def _draft_ended(self, text: str) -> None:
+        self.draft_task = None
+        self._on_screen("show_draft_finished", text)
+
+    def _on_screen(self, method: str, *args) -> None:
+        if self.screen is not None:
+            getattr(self.screen, method)(*args)
 
     def _loaded(self, _info) -> None:
         if self.screen is None:

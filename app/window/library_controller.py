@@ -28,6 +28,7 @@ from app.library.scan import ScanResult, library_locations, scan_library
 from app.session.config import chat_format_names
 from app.storage.settings import MAX_FOLDERS, Settings, with_chat_format, with_recent_pair
 from app.ui.library_dialog import LibraryDialog
+from app.window.draft_task import DraftTask
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,7 @@ class LibraryController(QObject):
         self.result: ScanResult | None = None
         self._scan: _Job | None = None
         self._drafts: _Job | None = None
+        self.draft_task: DraftTask | None = None
         self._extra_paths: list[str] = []  # files chosen by hand, perhaps outside every scanned place
         self._pending_target: str | None = None
         start = settings()
@@ -105,6 +107,8 @@ class LibraryController(QObject):
             dialog.pair_chosen.connect(self.use_pair)
             dialog.check_requested.connect(self.check_pair)
             dialog.chat_format_chosen.connect(self.choose_chat_format)
+            dialog.make_draft_requested.connect(self.make_draft)
+            dialog.make_draft_cancelled.connect(self.cancel_draft)
             dialog.finished.connect(lambda _result: self._forget(dialog))
             self.dialog = dialog
         self.dialog.set_folders(self._settings().library_folders)
@@ -125,8 +129,8 @@ class LibraryController(QObject):
                   for p in pair if p]
 
         def work(job: _Job) -> ScanResult:
-            result = scan_library(library_locations(folders), progress=job.progressed.emit, cancel=job.cancel,
-                                  in_use=in_use)
+            result = scan_library(library_locations(folders, include_made=True), progress=job.progressed.emit,
+                                  cancel=job.cancel, in_use=in_use)
             known = {e.path for e in result.entries}
             chosen = [read_entry(Path(p), shown_name(p), FOLDER) for p in extra if p not in known]
             return replace(result, entries=result.entries + chosen)
@@ -168,6 +172,44 @@ class LibraryController(QObject):
         job.done.connect(self._drafts_found)
         job.start()
 
+    def make_draft(self, target: str) -> None:
+        """"Make a draft from this model": written off the GUI thread, then the pair loads."""
+        if self.draft_task is not None:
+            return
+        self.draft_task = task = DraftTask(target, parent=self)
+        task.planned.connect(self._draft_planned)
+        task.progressed.connect(self._draft_progressed)
+        task.done.connect(lambda path: self._draft_made(target, path))
+        task.failed.connect(lambda message: self._draft_ended(message))
+        task.cancelled.connect(lambda: self._draft_ended("Making the draft was cancelled; nothing was kept."))
+        if self.dialog is not None:
+            self.dialog.show_making_draft(f"Making a draft from {shown_name(target)}…")
+        task.start()
+
+    def cancel_draft(self) -> None:
+        if self.draft_task is not None:
+            self.draft_task.cancel()
+
+    def _draft_planned(self, text: str) -> None:
+        if self.dialog is not None:
+            self.dialog.show_making_draft(text + ".")
+
+    def _draft_progressed(self, fraction: float, stage: str) -> None:
+        if self.dialog is not None:
+            self.dialog.show_draft_progress(fraction, stage)
+
+    def _draft_made(self, target: str, draft: str) -> None:
+        self._draft_ended(f"Made {shown_name(draft)} from {shown_name(target)}; loading the pair.")
+        self.use_pair(target, draft)
+        self._restart_scan()  # the new draft joins the list, offered first for its target
+
+    def _draft_ended(self, text: str) -> None:
+        self.draft_task = None
+        if self.dialog is not None:
+            self.dialog.show_draft_finished(text)
+        else:
+            self._say(text, 8000)
+
     def use_pair(self, target: str, draft: str) -> None:
         """One click: the pair in the settings (a reload follows), remembered among the recent."""
         settings = self._settings().replace(target_path=target, draft_path=draft, drafter="model")
@@ -206,6 +248,9 @@ class LibraryController(QObject):
             if job is not None:
                 job.cancel.set()
                 job.wait(2.0)
+        if self.draft_task is not None:
+            self.draft_task.cancel()  # the child is killed, its partial file removed
+            self.draft_task.wait(10.0)
 
     # --- recent pairs ---------------------------------------------------------------------
 

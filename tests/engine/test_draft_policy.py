@@ -259,3 +259,33 @@ def test_draft_cut_ends_a_draft_where_a_rejection_becomes_likely():
     go_on = policy.plan_round(20).go_on         # each round starts afresh
     assert go_on(0.95) and not go_on(0.4)
     assert policy.confidence.rates[-1] > 0.95 and policy.confidence.rates[5] == pytest.approx(2 / 3, abs=0.05)
+
+
+def _fresh(draft_step: float, accept: int) -> AutoDraftLength:
+    """A new policy (no history), costs measured, and the first rounds judged."""
+    policy = AutoDraftLength()
+    policy.observe_verify(1, 0.020)
+    policy.observe_verify(5, 0.024)
+    for _ in range(COST_WINDOW):
+        policy.observe_draft([draft_step] * 4)
+    return policy
+
+
+def _rounds_until_off(policy: AutoDraftLength, accept: int, limit: int = 40) -> int:
+    for i in range(limit):
+        k = length(policy, 10)
+        if k == 0:
+            return i
+        judged(policy, drafted=k, accepted=min(accept, k))
+    return limit
+
+
+def test_a_draft_that_clearly_does_not_pay_stops_before_the_warm_up_ends():
+    """Drafts dearer than the target and mostly rejected: plain is clearly faster, so
+    the verdict comes after half the warm-up."""
+    from app.engine.draft_policy import CLEAR_WARMUP_ROUNDS
+
+    clear = _rounds_until_off(_fresh(0.030, accept=0), accept=0)
+    assert clear == CLEAR_WARMUP_ROUNDS + OFF_AFTER - 1 < WARMUP_ROUNDS + OFF_AFTER - 1
+    paying = _rounds_until_off(_fresh(0.001, accept=4), accept=4)
+    assert paying == 40  # speculation that pays is never switched off

@@ -1,0 +1,126 @@
+"""``tandem bench --method``: which way of speculating the bench measures.
+
+- ``chain``: the draft model as given (or the demo draft), drafting in a straight line.
+- ``self``: a draft made from the target itself (``tandem make-draft``): ``--draft FILE``
+  names one, else ``--self-variant`` / ``--self-layers`` pick one, made first if it was
+  not made before (remembered per target, so a second bench reuses it).
+- ``auto``: what the app itself would use for this target: the draft given, else the
+  newest draft made from it, else the demo draft.
+- ``tree``, ``lookahead``: not in this build yet; they say so in one line. A build that
+  has them registers them here (``register``), so the flag's choices stay one list.
+
+Each method prepares the command line's model options before the models load; the
+bench itself (``bench.py``) then runs as always.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Callable
+
+from app.errors import TandemError
+
+# (the bench's arguments, a progress callback) -> a line saying what runs
+Prepare = Callable[[argparse.Namespace, Callable], str]
+
+
+class MethodUnavailable(TandemError):
+    pass
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    about: str
+    prepare: Prepare | None  # None: not available in this build
+
+
+_METHODS: dict[str, Method] = {}
+
+
+def register(name: str, about: str, prepare: Prepare | None) -> None:
+    _METHODS[name] = Method(name, about, prepare)
+
+
+def names() -> list[str]:
+    return list(_METHODS)
+
+
+def prepare(args: argparse.Namespace, progress: Callable) -> str:
+    """Set up ``args`` for ``args.method``; MethodUnavailable (one line) when it cannot run."""
+    method = _METHODS[args.method]
+    if method.prepare is None:
+        raise MethodUnavailable(f"--method {method.name} ({method.about}) is not available in this build")
+    return method.prepare(args, progress)
+
+
+def add_arguments(bench: argparse.ArgumentParser) -> None:
+    from app.arg_types import whole
+    from app.engine.self_draft import DEFAULT_VARIANT, SMALL_TARGET_VARIANT
+
+    bench.add_argument("--method", choices=names(), default="chain",
+                       help="how to speculate: " + "; ".join(f"{m.name}: {m.about}" for m in _METHODS.values())
+                            + " (default: %(default)s)")
+    bench.add_argument("--self-variant", default=None, metavar="TYPE",
+                       help="--method self: the quantisation of the draft made from the target (default: "
+                            f"{DEFAULT_VARIANT} for a float or Q8_0 target, else {SMALL_TARGET_VARIANT})")
+    bench.add_argument("--self-layers", type=whole(1, 4096, what="a number of layers"), default=None, metavar="N",
+                       help="--method self: keep only the target's first N layers (default: all)")
+
+
+# -- the methods of this build -------------------------------------------------------
+
+
+def _chain(args: argparse.Namespace, progress: Callable) -> str:
+    return "chain: the draft model, straight drafts"
+
+
+def _target(args: argparse.Namespace):
+    if args.target:
+        return args.target
+    from app.models.demo import demo_pair
+
+    return demo_pair().target
+
+
+def _self(args: argparse.Namespace, progress: Callable) -> str:
+    from app.engine.gguf_header import shown_name
+
+    args.drafter = "model"
+    if args.draft:
+        return f"self: the draft given, {shown_name(args.draft)}"
+    from app.backends.draft_maker import make_draft
+    from app.engine.self_draft import plan_draft
+    from app.storage.made_drafts import find_made
+
+    target = _target(args)
+    plan = plan_draft(target, args.self_variant, args.self_layers)
+    layers = plan.keep_layers if plan.keep_layers < plan.n_layer else None
+    made = find_made(plan.source, plan.variant, layers)
+    if made is None:
+        path = make_draft(plan, progress=lambda fraction, stage: progress(stage, fraction, 1.0)).path
+    else:
+        path = made.draft
+    args.target, args.draft = target, path
+    return f"self: {plan.describe()} made from {shown_name(target)}"
+
+
+def _auto(args: argparse.Namespace, progress: Callable) -> str:
+    from app.engine.gguf_header import shown_name
+    from app.storage.made_drafts import made_for
+
+    if args.draft or not args.target:
+        return "auto: chain, the draft model given" if args.draft else "auto: chain, the demo draft"
+    made = made_for(args.target)
+    if made:
+        args.draft, args.drafter = made[0].draft, "model"
+        return f"auto: self, {shown_name(made[0].draft)} made from the target"
+    return "auto: chain (no draft given or made for this target)"
+
+
+register("chain", "a draft model, straight drafts", _chain)
+register("tree", "token trees verified in one batch", None)
+register("lookahead", "the target's own n-gram pool, no draft", None)
+register("self", "a draft made from the target (tandem make-draft)", _self)
+register("auto", "what the app would use for this target", _auto)

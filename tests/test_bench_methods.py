@@ -1,0 +1,54 @@
+"""``tandem bench --method``: self makes (or reuses) a draft from the target, auto picks
+the draft made for a target given alone, and a method not in this build says so in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.bench_methods import names
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def bench(home: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TANDEM_HOME=str(home))
+    return subprocess.run([sys.executable, "-m", "app", "bench", *args], capture_output=True, text=True,
+                          timeout=600, env=env, cwd=ROOT)
+
+
+def test_every_method_is_a_choice():
+    assert names() == ["chain", "tree", "lookahead", "self", "auto"]
+
+
+@pytest.mark.parametrize("method", ["tree", "lookahead"])
+def test_a_method_not_in_this_build_says_so_in_one_line(tmp_path, method):
+    result = bench(tmp_path / "home", "--method", method, "--limit", "1", "--max-tokens", "4")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("tandem: error:")]
+    assert len(errors) == 1 and f"--method {method}" in errors[0] and "not available in this build" in errors[0]
+
+
+def test_self_makes_a_draft_from_the_target_and_auto_then_uses_it(demo_models, tmp_path):
+    home = tmp_path / "home"
+    prompts = tmp_path / "one.jsonl"
+    prompts.write_text(json.dumps({"prompt": "Name three colours."}) + "\n")
+    common = ["--prompts", str(prompts), "--max-tokens", "8", "--draft-max", "3", "--repeat", "1", "--json"]
+    made = bench(home, "--method", "self", "--self-variant", "Q4_0", "--target", str(demo_models.target), *common)
+    assert made.returncode == 0, made.stderr
+    report = json.loads(made.stdout)
+    assert report["method"] == "self" and report["overall"]["prompts"] == 1
+    assert "method self: Q4_0 made from SmolLM2-135M-Instruct.F32.gguf" in made.stderr
+    drafts = list((home / "data" / "drafts").glob("*.Q4_0.draft.gguf"))
+    assert len(drafts) == 1
+
+    auto = bench(home, "--method", "auto", "--target", str(demo_models.target), *common)
+    assert auto.returncode == 0, auto.stderr
+    assert json.loads(auto.stdout)["method"] == "auto"
+    assert f"method auto: self, {drafts[0].name}" in auto.stderr
+    assert list((home / "data" / "drafts").glob("*.gguf")) == drafts  # reused, not made again
