@@ -111,6 +111,30 @@ class TestHooks:
         self.abort_after = _count(environ.get(p.TEST_ABORT_AFTER)) if on else 0
         self.hang_after = _count(environ.get(p.TEST_HANG_AFTER)) if on else 0
         self.hang_loading = on and environ.get(p.TEST_HANG_LOADING) == "1"
+        self.loader = environ.get(p.TEST_LOADER, "") if on else ""
+        self.once = environ.get(p.TEST_ONCE, "") if on else ""
+
+    def fires(self) -> bool:
+        """Whether a fault fires now: always, or with ``TEST_ONCE`` only the first time."""
+        if not self.once:
+            return True
+        try:
+            with open(self.once, "x"):
+                return True
+        except OSError:
+            return False
+
+    def load_function(self) -> Callable | None:
+        """The loader a test or a bench names (``file.py:function``), e.g. a synthetic stream."""
+        if not self.loader:
+            return None
+        import importlib.util
+
+        path, _, name = self.loader.rpartition(":")
+        spec = importlib.util.spec_from_file_location("tandem_test_loader", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return getattr(module, name)
 
 
 def _count(value: str | None) -> int:
@@ -124,8 +148,8 @@ class EngineHost:
     def __init__(self, conn, loader: Callable = load_models, hooks: TestHooks | None = None) -> None:
         self.conn = conn
         self.out = Outbox(conn)
-        self._loader = loader
         self._hooks = hooks or TestHooks()
+        self._loader = self._hooks.load_function() or loader
         self._tasks: queue.Queue[Callable[[], None] | None] = queue.Queue()
         self._cancels: dict[int, threading.Event] = {}
         self._lock = threading.Lock()
@@ -172,7 +196,7 @@ class EngineHost:
 
         def report(stage: str, fraction: float) -> bool:
             self.progressed()
-            if self._hooks.hang_loading:
+            if self._hooks.hang_loading and self._hooks.fires():
                 threading.Event().wait()  # a test's hung load: only a kill ends it
             if load_id != self.wanted_load:
                 return False
@@ -240,9 +264,9 @@ class EngineHost:
                     snapshot, snapshot_at = copy.deepcopy(generation.stats), now
                 self.out.put(p.Tokens(rid, [event], snapshot))
                 count += 1
-                if abort_after and count >= abort_after:
+                if abort_after and count == abort_after and self._hooks.fires():
                     self._test_abort(count)
-                if hang_after and count >= hang_after:
+                if hang_after and count == hang_after and self._hooks.fires():
                     self.out.flush()
                     threading.Event().wait()  # a test's hung decode: only a kill ends it
         except Exception as exc:  # noqa: BLE001

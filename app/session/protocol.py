@@ -28,6 +28,8 @@ TEST_HOOKS = "TANDEM_TEST_HOOKS"
 TEST_ABORT_AFTER = "TANDEM_TEST_ABORT_AFTER"    # os.abort() after this many tokens of a reply
 TEST_HANG_AFTER = "TANDEM_TEST_HANG_AFTER"      # block forever after this many tokens (a hung decode)
 TEST_HANG_LOADING = "TANDEM_TEST_HANG_LOADING"  # block forever at a load's first progress report
+TEST_ONCE = "TANDEM_TEST_ONCE"                  # a file: a fault fires only if it is absent (and makes it)
+TEST_LOADER = "TANDEM_TEST_LOADER"              # "path/to/file.py:function": load with that instead
 
 
 # --- to the engine ---------------------------------------------------------------------------
