@@ -79,6 +79,7 @@ class EngineProcessClient(QObject):
         self._info: LoadInfo | None = None
         self._loading = False
         self._active: set[int] = set()
+        self._checking = False
         self._running = True
         self._served_answer: p.Serving | None = None
         self._served_event = threading.Event()
@@ -154,6 +155,7 @@ class EngineProcessClient(QObject):
         if not self.alive:
             QTimer.singleShot(0, lambda: self.checked.emit("The engine is not running."))
             return
+        self._checking = True
         self._link.send(p.Check())
 
     def stop(self, request_id: int | None = None) -> None:
@@ -270,6 +272,7 @@ class EngineProcessClient(QObject):
         elif isinstance(message, p.Pong):
             self._pong_at, self._stuck = time.monotonic(), message.stuck_seconds
         elif isinstance(message, p.Checked):
+            self._checking = False
             self.checked.emit(message.result)
         elif isinstance(message, p.Serving):
             self.serving.emit(message.url, message.error)
@@ -294,9 +297,13 @@ class EngineProcessClient(QObject):
         self.death, self.died_loading = line, self._loading
         self._info, self._loading = None, False
         self.died.emit(line)  # the chat ends its replies as interrupted, with what they showed
-        was_busy = self.busy
-        self._active.clear()
-        if was_busy:
+        active, self._active = sorted(self._active), set()
+        for request_id in active:  # the requests of others (a Compare run) end as failed
+            self.failed.emit(request_id, line)
+        if self._checking:
+            self._checking = False
+            self.checked.emit(line)
+        if active:
             self.busy_changed.emit(False)
 
     def _announce_idle(self) -> None:
