@@ -10,7 +10,7 @@ Beyond ``EngineClient``'s signals:
   died(line)           the engine is gone, in one line; replies in progress end first
                        (the chat marks them interrupted); ``load`` starts a fresh engine
   hung(seconds)        the engine has made no progress (or not answered) for that long;
-                       ``end_engine`` ends it
+                       ``end_engine`` ends it; hung(0) when it moves again
   serving(url, error)  the local server's state; served(record): a request it served
 """
 
@@ -322,5 +322,6 @@ class EngineProcessClient(QObject):
             if not self._hung_reported:
                 self._hung_reported = True
                 self.hung.emit(stuck)
-        else:
+        elif self._hung_reported:
             self._hung_reported = False
+            self.hung.emit(0.0)  # it moves again

@@ -34,6 +34,7 @@ class EngineController(QObject):
         self.restart_action.setToolTip("Start the engine again and load the models in it")
         self.restart_action.triggered.connect(self.restart)
         self.actions = (self.restart_action,)
+        self._hang_notice = None
         client.died.connect(self._died)
         client.hung.connect(self._hung)
 
@@ -59,7 +60,13 @@ class EngineController(QObject):
     def _hung(self, seconds: float) -> None:
         if not self.client.alive:
             return
+        if seconds <= 0:  # it moves again: the offer to end it goes
+            if self._hang_notice is not None and self.notices.notice(ENGINE_NOTICE_KEY) is self._hang_notice:
+                self.notices.clear(ENGINE_NOTICE_KEY)
+            self._hang_notice = None
+            return
         notice = self.notices.show_notice(
             ENGINE_NOTICE_KEY, f"The engine has made no progress for {seconds:.0f} s: llama.cpp may be stuck. "
                                "End it to restart it (the chat is kept).", WARNING)
         notice.add_button("End engine", self.client.end_engine)
+        self._hang_notice = notice
