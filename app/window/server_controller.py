@@ -1,6 +1,8 @@
 """Local server from the window: ``tandem serve``'s API on a thread of its own, its
-requests run on the window's engine thread with the models the window loaded (one
-worker, never a second load), in turn with the chat's replies.
+requests run with the models the window loaded (never a second load), in turn with the
+chat's replies. With the engine in its own process (the app), the server runs there too
+(``app/enginehost/serving.py``), started and stopped by message, each request served told
+back (``served``); with an in-process engine thread (tests, tools) it runs here.
 
 Off at every start (serving is a choice made each time); the port a start from the
 dialog used is remembered (``Settings.server_port``). The dialog (``ServerDialog``)
