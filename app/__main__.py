@@ -20,6 +20,10 @@ def main(argv: list[str] | None = None) -> int:
         from app.backends.draft_child import main as make_draft
 
         return make_draft(argv[1:])
+    if argv[:1] == ["--engine"]:  # app.session.engine_link's child: the models, away from the window
+        from app.enginehost.main import main as engine
+
+        return engine(argv[1:])
     from app.cli import run
 
     return run(argv)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,14 +99,16 @@ def heads_not_used(*paths: Path) -> list[str]:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    """A terminal chat: each reply streams with its speculation summary."""
-    progress = TerminalProgress()
-    session = load(args, progress)
+    """A terminal chat: each reply streams with its speculation summary. llama.cpp runs in an
+    engine process of its own: if it dies, the chat says so in one line and offers a restart."""
+    from app.session.engine_session import EngineDied, EngineSession
+
+    engine = EngineSession()
     history: list[tuple[str, str]] = []
-    info = session.info
-    print(f"Chatting with {info.target_name}" + (f" (draft: {info.draft_name})" if info.draft_name else "")
-          + ". Empty line or Ctrl+D quits.", file=sys.stderr)
     try:
+        info = _load_engine(engine, args)
+        print(f"Chatting with {info.target_name}" + (f" (draft: {info.draft_name})" if info.draft_name else "")
+              + ". Empty line or Ctrl+D quits.", file=sys.stderr)
         while True:
             try:
                 text = input("you> ").strip()
@@ -116,19 +117,52 @@ def cmd_chat(args: argparse.Namespace) -> int:
             if not text:
                 break
             history.append(("user", text))
-            cancel = threading.Event()
-            generation = session.reply(history, sampling_from(args), spec_from(args), args.max_tokens,
-                                       system_prompt=args.system, cancel=cancel)
-            reply = []
+            reply: list[str] = []
             try:
-                for event in generation:
-                    reply.append(event.text)
-                    sys.stdout.write(event.text)
-                    sys.stdout.flush()
-            except KeyboardInterrupt:
-                cancel.set()
+                try:
+                    for event in engine.reply(history, sampling_from(args), spec_from(args), args.max_tokens,
+                                              system_prompt=args.system):
+                        reply.append(event.text)
+                        sys.stdout.write(event.text)
+                        sys.stdout.flush()
+                except KeyboardInterrupt:
+                    engine.stop()
+                    for event in engine.reply_rest():
+                        reply.append(event.text)
+            except EngineDied as death:
+                history.append(("assistant", "".join(reply)))  # what was shown stays in the chat
+                print(f"\ntandem: {death}; the reply was interrupted, the chat is kept.", file=sys.stderr)
+                if not _ask("Restart the engine? [Y/n] "):
+                    break
+                engine.restart()
+                _load_engine(engine, args)
+                continue
             history.append(("assistant", "".join(reply)))
-            print("\n" + summary_line(generation.stats), file=sys.stderr)
+            if engine.stats is not None:
+                print("\n" + summary_line(engine.stats), file=sys.stderr)
     finally:
-        session.close()
+        engine.close()
     return 0
+
+
+def _load_engine(engine, args: argparse.Namespace):
+    """The command line's models in the engine; a death while loading is not retried (the
+    crash-loop guard's rule): it ends the command in one line."""
+    from app.session.engine_session import EngineDied
+    from app.terminal import model_spec
+
+    progress = TerminalProgress()
+    try:
+        return engine.load(model_spec(args), progress)
+    except EngineDied as death:
+        raise EngineDied(f"{death} while loading the models") from None
+    finally:
+        progress.done()
+
+
+def _ask(question: str) -> bool:
+    try:
+        answer = input(question).strip().lower()
+    except EOFError:
+        return False
+    return answer in ("", "y", "yes")

@@ -1,6 +1,7 @@
 """Can the window keep up with a fast GPU? A synthetic stream through the real signal path.
 
     python tools/stream_bench.py [--rate 2000] [--seconds 10] [--tokens N] [--markdown on|off]
+                                 [--engine process|thread]
     QT_QPA_PLATFORM=offscreen python tools/stream_bench.py     # without a display
     QT_QPA_PLATFORM=offscreen python tools/stream_bench.py --tokens 4000 --markdown off
 
@@ -21,120 +22,27 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
-from typing import Iterator, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout's app
 
 from PySide6.QtCore import QEvent, QEventLoop, QObject, Qt, QTimer
 from PySide6.QtWidgets import QApplication
 
-from app.bridge.models import ChatPrompt, LoadInfo
+from app.bridge.engine_process import EngineProcessClient
 from app.bridge.worker import EngineClient
-from app.engine.speculative import Generation
-from app.engine.types import DrafterKind, SamplingConfig, SpecConfig, Stats, StopReason, TokenEvent, TokenKind
+from app.session import protocol
 from app.vocabulary import MessageState
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from synthetic_stream import ROUND, SyntheticModels, markdown_pieces  # noqa: E402,F401
+import synthetic_stream  # noqa: E402
 
 TICK_MS = 5
 BUDGET_MS = 50.0
-ROUND = 6  # tokens per synthetic round: a well-accepted 5-token draft plus the bonus
-# One section of the synthetic reply; sections repeat (numbered) until the reply is long enough.
-SECTION = """## Step {n}: reverse a string
-
-Here is **one way** to do it, with `slicing` and a *loop* (see [the docs](https://docs.python.org/3/)):
-
-```python
-def reverse_{n}(text: str) -> str:
-    \"\"\"Return the text backwards.\"\"\"
-    out = []
-    for ch in text:
-        out.insert(0, ch)  # <b>markup</b> stays literal
-    return "".join(out)
-```
-
-- Slicing walks the string **from the end**.
-- A loop builds a new list:
-  1. take each character
-  2. put it first
-
-| Method | Speed | Notes |
-|--------|------:|-------|
-| slice  | fast  | idiomatic |
-| loop   | slow  | café, 数据, 🙂 |
-
-"""
-_PIECES = re.compile(r"\s*\S+")
-
-
-class SyntheticEngine:
-    """Yields ``rate`` tokens per second (in rounds of ROUND) until cancelled or ``seconds`` pass."""
-
-    def __init__(self, rate: float, seconds: float, tokens: int | None = None) -> None:
-        self.rate = rate
-        self.seconds = seconds
-        self.total = tokens if tokens is not None else int(rate * seconds)
-        self._texts = markdown_pieces(self.total)
-
-    def generate(self, prompt: Sequence[int], sampling: SamplingConfig, spec: SpecConfig,
-                 max_tokens: int, cancel: threading.Event, **_: object) -> Generation:
-        stats = Stats(prompt_tokens=len(prompt), speculative=True)
-        return Generation(self._events(min(max_tokens, self.total), cancel, stats), stats)
-
-    def _events(self, total: int, cancel: threading.Event, stats: Stats) -> Iterator[TokenEvent]:
-        started = time.perf_counter()
-        emitted = 0
-        while emitted < total:
-            if cancel.is_set():
-                stats.stop_reason = StopReason.CANCELLED
-                return
-            delay = started + (emitted + ROUND) / self.rate - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-            stats.rounds += 1
-            for i in range(min(ROUND, total - emitted)):
-                yield self._token(emitted, i)
-                emitted += 1
-                stats.tokens = emitted
-                stats.seconds = time.perf_counter() - started
-            stats.drafted += ROUND - 1
-            stats.accepted += ROUND - 1 if stats.rounds % 4 else ROUND - 3
-        stats.stop_reason = StopReason.MAX_TOKENS
-
-    def _token(self, n: int, in_round: int) -> TokenEvent:
-        text = self._texts[n]
-        if in_round < ROUND - 1:
-            return TokenEvent(n, text, TokenKind.ACCEPTED)
-        if n % 4:
-            return TokenEvent(n, text, TokenKind.BONUS)
-        return TokenEvent(n, text, TokenKind.CORRECTED, draft_id=0, draft_text=" <i>guess", draft_prob=0.4)
-
-
-def markdown_pieces(total: int) -> list[str]:
-    """``total`` token texts (a word and the space or newline before it) of the synthetic reply."""
-    pieces: list[str] = []
-    section = 0
-    while len(pieces) < total:
-        pieces += _PIECES.findall(SECTION.format(n=section))
-        section += 1
-    return pieces[:total]
-
-
-class SyntheticModels:
-    def __init__(self, rate: float, seconds: float, tokens: int | None = None) -> None:
-        self.engine = SyntheticEngine(rate, seconds, tokens)
-        self.info = LoadInfo(target_name="synthetic stream", target_path="", drafter=DrafterKind.MODEL,
-                             draft_name="synthetic draft", speculation_available=True)
-
-    def prompt(self, history: Sequence[tuple[str, str]], system_prompt: str, max_tokens: int) -> ChatPrompt:
-        return ChatPrompt([1])
-
-    def close(self) -> None:
-        pass
 
 
 class _PaintCounter(QObject):
@@ -169,7 +77,8 @@ class StreamBenchResult:
 
     def report(self) -> str:
         verdict = "within" if self.worst_stall_ms <= BUDGET_MS else "OVER"
-        return (f"{self.tokens} tokens in {self.seconds:.2f} s at {self.rate:.0f} tokens/s requested, "
+        return (f"{self.tokens} tokens in {self.seconds:.2f} s at {self.rate:.0f} tokens/s requested "
+                f"({self.tokens / self.seconds if self.seconds else 0:.0f} delivered), "
                 f"Markdown {'on' if self.markdown else 'off'}: "
                 f"{self.batches_per_second:.1f} batches/s, {self.paints_per_second:.1f} repaints/s; "
                 f"worst event-loop stall {self.worst_stall_ms:.1f} ms (p99 {self.p99_stall_ms:.1f} ms), "
@@ -177,9 +86,11 @@ class StreamBenchResult:
 
 
 def run_stream_bench(rate: float = 2000.0, seconds: float = 10.0, *, show: bool = True,
-                     tokens: int | None = None, markdown: bool = True) -> StreamBenchResult:
+                     tokens: int | None = None, markdown: bool = True, engine: str = "thread") -> StreamBenchResult:
     """Stream ``rate`` tokens/s for ``seconds`` (or ``tokens`` tokens) into a real MainWindow;
-    needs a QApplication."""
+    needs a QApplication. ``engine``: the synthetic engine on the window's engine thread
+    ("thread", as before the engine had a process) or in a real engine process ("process",
+    as the app runs: every batch crosses the local channel)."""
     from app.storage.settings import LoadedSettings, Settings
     from app.window.main_window import MainWindow
 
@@ -187,14 +98,20 @@ def run_stream_bench(rate: float = 2000.0, seconds: float = 10.0, *, show: bool 
     assert app is not None, "create a QApplication first"
     total = tokens if tokens is not None else int(rate * seconds)
     seconds = total / rate
-    client = EngineClient(loader=lambda spec, progress: SyntheticModels(rate, seconds, total))
+    if engine == "process":
+        env = dict(os.environ, **{protocol.TEST_HOOKS: "1",
+                                  protocol.TEST_LOADER: f"{synthetic_stream.__file__}:load_synthetic",
+                                  synthetic_stream.STREAM_ENV: f"{rate},{total}"})
+        client = EngineProcessClient(env=env)
+    else:
+        client = EngineClient(loader=lambda spec, progress: SyntheticModels(rate, seconds, total))
     settings = Settings(target_path="synthetic", max_tokens=total + ROUND)
     window = MainWindow(LoadedSettings(settings, None), client=client)
     window.chat_view.set_markdown(markdown)
     if show:
         window.show()
     try:
-        _wait_until(lambda: client.info is not None, 10.0)
+        _wait_until(lambda: client.info is not None, 60.0)
         batches, tokens = [0], [0]
 
         def count(request_id: int, events: list, stats: object) -> None:
@@ -255,11 +172,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=None, help="length of the stream in tokens (instead of --seconds)")
     parser.add_argument("--markdown", choices=("on", "off"), default="on",
                         help="draw the reply formatted (on, the default) or as coloured source (off)")
+    parser.add_argument("--engine", choices=("thread", "process"), default="process",
+                        help="the synthetic engine in an engine process, as the app runs (default), or on "
+                             "the window's own engine thread, as before the engine had a process")
     args = parser.parse_args(argv)
     # Never touch the user's settings: the window saves its geometry on close.
     os.environ.setdefault("TANDEM_HOME", tempfile.mkdtemp(prefix="tandem-stream-bench-"))
     app = QApplication.instance() or QApplication(sys.argv[:1])
-    result = run_stream_bench(args.rate, args.seconds, tokens=args.tokens, markdown=args.markdown == "on")
+    result = run_stream_bench(args.rate, args.seconds, tokens=args.tokens, markdown=args.markdown == "on",
+                              engine=args.engine)
     print(result.report())
     return 0 if result.worst_stall_ms <= BUDGET_MS else 1
 

@@ -26,7 +26,7 @@ from PySide6.QtCore import QCoreApplication, QElapsedTimer, QObject, QThread, QT
 from app.bridge.models import LoadCancelled, LoadedModels, LoadInfo, Loader, ModelSpec, load_llama_models
 from app.engine.chat import RenderStopped, stop_renders_on
 from app.engine.types import SamplingConfig, SpecConfig, Stats, StopReason, TokenEvent
-from app.errors import TandemError
+from app.errors import TandemError, one_line  # noqa: F401 — one_line: async_glue's too
 from app.storage import load_marker
 
 log = logging.getLogger(__name__)
@@ -80,14 +80,6 @@ class TokenMailbox:
         with self._lock:
             batches, self._batches = self._batches, []
             return batches
-
-
-def one_line(exc: BaseException) -> str:
-    """A message fit for the UI: a TandemError's own words, otherwise type and first line."""
-    if isinstance(exc, TandemError):
-        return str(exc)
-    text = str(exc).strip().splitlines()
-    return f"Unexpected error: {type(exc).__name__}" + (f": {text[0]}" if text else "")
 
 
 def stats_snapshot(stats: Stats) -> Stats:

@@ -39,7 +39,7 @@ STREAMING, COMPLETE, STOPPED, FAILED, INTERRUPTED = (MessageState.STREAMING, Mes
                                                      MessageState.STOPPED, MessageState.FAILED,
                                                      MessageState.INTERRUPTED)
 STATE_LABELS = {STREAMING: "writing…", STOPPED: "stopped", FAILED: "failed", INTERRUPTED: "interrupted"}
-STATE_TIPS = {INTERRUPTED: "Tandem closed before this reply was finished; this is what was saved."}
+STATE_TIPS = {INTERRUPTED: "Tandem (or its engine) stopped before this reply was finished; this is what was saved."}
 
 ReplyAction = tuple[str, str, Callable[["ChatMessage"], None]]  # label, tooltip, handler
 

@@ -7,7 +7,7 @@ after a reload instead of stacking up.
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QToolButton, QVBoxLayout, QWidget
 
 INFO, WARNING, ERROR = "info", "warning", "error"
 
@@ -36,6 +36,13 @@ class Notice(QFrame):
         layout.setContentsMargins(10, 6, 6, 6)
         layout.addWidget(self.label, 1)
         layout.addWidget(self.close_button, 0, Qt.AlignmentFlag.AlignTop)
+
+    def add_button(self, text: str, clicked) -> QPushButton:
+        """A button beside the text, for the one thing to do about it (e.g. Restart engine)."""
+        button = QPushButton(text, self)
+        button.clicked.connect(clicked)
+        self.layout().insertWidget(self.layout().count() - 1, button, 0, Qt.AlignmentFlag.AlignTop)
+        return button
 
     @property
     def level(self) -> str:

@@ -27,7 +27,7 @@ from app.engine.types import SamplingConfig, SpecConfig, Stats, StopReason, Toke
 from app.session import config as session_config
 from app.storage.settings import Settings
 from app.ui.chat_view import ChatView
-from app.ui.message_view import ASSISTANT, COMPLETE, STOPPED, USER, ChatMessage
+from app.ui.message_view import ASSISTANT, COMPLETE, INTERRUPTED, STOPPED, USER, ChatMessage
 from app.ui.notices import WARNING, NoticeArea
 from app.ui.stats_panel import StatsPanel
 
@@ -61,6 +61,8 @@ class ChatController(QObject):
         client.tokens.connect(self._on_tokens)
         client.finished.connect(self._on_finished)
         client.failed.connect(self._on_failed)
+        if hasattr(client, "died"):  # the engine in a process of its own (app/bridge/engine_process.py)
+            client.died.connect(self.interrupt)
 
     # --- what the user asks for -----------------------------------------------------------
 
@@ -120,6 +122,15 @@ class ChatController(QObject):
             if stats is not None:
                 stats.stop_reason = StopReason.CANCELLED
             reply.finish(stats, STOPPED)
+            self.reply_finished.emit(reply)
+        self._live_stats.clear()
+
+    def interrupt(self, why: str = "") -> None:
+        """The engine died: every reply being written ends as 'interrupted', with what it
+        showed (as a crash of the whole app leaves it), and the history keeps it so."""
+        replies, self._replies = self._replies, {}
+        for request_id, reply in replies.items():
+            reply.finish(self._live_stats.pop(request_id, None), INTERRUPTED)
             self.reply_finished.emit(reply)
         self._live_stats.clear()
 

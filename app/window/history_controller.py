@@ -38,7 +38,7 @@ from app.session.records import (
 )
 from app.storage.history import COMMIT_INTERVAL_S, HistoryStore, ReplyWriter
 from app.ui.chat_view import ChatView
-from app.ui.message_view import ASSISTANT, COMPLETE, FAILED, STOPPED, USER, ChatMessage
+from app.ui.message_view import ASSISTANT, COMPLETE, FAILED, INTERRUPTED, STOPPED, USER, ChatMessage
 from app.ui.notices import ERROR, INFO, WARNING, NoticeArea
 from app.ui.sidebar import ConversationSidebar
 from app.ui.stats_panel import StatsPanel
@@ -375,7 +375,7 @@ class HistoryController(QObject):
             self._stored_ids.pop(reply, None)
             self._call(lambda: self.store.delete_message_and_after(writer.message_id))
         else:
-            self._finish(reply, writer, COMPLETE if reply.status == COMPLETE else STOPPED)
+            self._finish(reply, writer, reply.status if reply.status in (COMPLETE, INTERRUPTED) else STOPPED)
         self._schedule_refresh()
 
     def _on_reply_removed(self, reply: ChatMessage) -> None:

@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.bridge.engine_process import EngineProcessClient
 from app.bridge.gpu_poller import GpuPoller
 from app.bridge.worker import EngineClient
 from app.session.records import reply_meta
@@ -51,6 +52,7 @@ from app.ui.sidebar import ConversationSidebar
 from app.ui.stats_format import context_warning
 from app.window.chat_controller import ChatController
 from app.window.compare_controller import CompareController
+from app.window.engine_controller import EngineController
 from app.window.help_controller import HelpController
 from app.window.history_controller import HistoryController
 from app.window.model_loading import APP_NAME, ModelLoading
@@ -73,7 +75,7 @@ CONTEXT_NOTICE = "context"
 class MainWindow(QMainWindow):
     settings_changed = Signal(object)       # Settings
 
-    def __init__(self, loaded: LoadedSettings | None = None, *, client: EngineClient | None = None,
+    def __init__(self, loaded: LoadedSettings | None = None, *, client: EngineClient | EngineProcessClient | None = None,
                  gpu_poller: GpuPoller | None = None, overrides: dict | None = None,
                  history_store: HistoryStore | None = None, first_run: bool = False,
                  parent: QWidget | None = None) -> None:
@@ -81,7 +83,8 @@ class MainWindow(QMainWindow):
         screen instead of fetching the demo (the app's start asks for it; tests do not)."""
         super().__init__(parent)
         loaded = loaded or load_settings()
-        self.client = client or EngineClient(parent=self)
+        # First thing: the engine process starts (imports, llama.cpp) while the window builds.
+        self.client = client or EngineProcessClient(parent=self)
         if self.client.parent() is None:
             self.client.setParent(self)
         self.notices = NoticeArea(self)
@@ -115,6 +118,10 @@ class MainWindow(QMainWindow):
                                    stats=self.side_panel.stats, composer=self.composer, notices=self.notices,
                                    settings=lambda: self.settings, say=say, set_title=self.setWindowTitle,
                                    open_settings=self.open_settings, parent=self)
+        # The engine in its own process can die and the window stay (EngineController).
+        self.engine = EngineController(self.client, self.models, self.notices, say=say,
+                                       on_death=(self.local_server.engine_died,), parent=self) \
+            if hasattr(self.client, "died") else None
         self.client.busy_changed.connect(self._on_busy_changed)
         self.steering = install_steering(self, self.column_layout, self.toolbar)
         self._build_menus()
@@ -266,7 +273,7 @@ class MainWindow(QMainWindow):
              (self.open_target_action, self.open_draft_action), self.steering.file_actions, (self.settings_action, *self.local_server.actions),
              (self.quit_action,))
         fill("&Chat", (self.stop_action, self.regenerate_action, self.copy_reply_action), (self.speculation_action,),
-             history and history.chat_actions)
+             history and history.chat_actions, self.engine and self.engine.actions)
         fill("&View", (self.colours_action, self.side_panel_action),
              (self.zoom_in_action, self.zoom_out_action, self.zoom_reset_action), self.compare.actions)
         fill("&Help", self.help.actions)

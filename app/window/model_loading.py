@@ -49,18 +49,20 @@ class ModelLoading(QObject):
         client.loaded.connect(self._on_loaded)
         client.load_failed.connect(self._on_load_failed)
 
-    def refuse_crashed_load(self) -> bool:
-        """No crash loop: if the last start died while loading these very models, do not
-        load them again; say so and open the settings (OK there, or other files, retries)."""
+    def refuse_crashed_load(self, death: str = "") -> bool:
+        """No crash loop: if the last start (or the engine, ``death`` saying how) died while
+        loading these very models, do not load them again; say so and open the settings
+        (OK there, or other files, retries)."""
         settings = self._settings()
         crashed = load_marker.crashed_load()
         if crashed is None or not crashed.matches(settings.target_path, settings.draft_path):
             return False
         self._show_unloaded()
+        what = (f"{death} while loading {crashed.describe()}" if death else
+                f"Tandem closed while loading {crashed.describe()} (started {crashed.started})")
         self.notices.show_notice(
-            LOAD_NOTICE_KEY, f"Tandem closed while loading {crashed.describe()} (started {crashed.started}), "
-                             "so they were not loaded again: llama.cpp may have crashed on them. Choose other "
-                             "files in Settings, or press OK there to try these again.", ERROR)
+            LOAD_NOTICE_KEY, f"{what}, so they were not loaded again: llama.cpp may have crashed on them. Choose "
+                             "other files in Settings, or press OK there to try these again.", ERROR)
         QTimer.singleShot(0, self._open_settings)
         return True
 
@@ -110,6 +112,11 @@ class ModelLoading(QObject):
         self._show_unloaded()
         self.notices.show_notice(LOAD_NOTICE_KEY, f"Could not load the models: {message} "
                                  "Choose other files in Settings (Ctrl+,) or drop a .gguf here.", ERROR)
+
+    def show_engine_gone(self) -> None:
+        """The engine died: nothing is loaded until it is restarted."""
+        self._show_unloaded()
+        self.model_label.setText("Engine stopped")
 
     def _show_unloaded(self) -> None:
         self.banner.hide()

@@ -1,6 +1,8 @@
 """Local server from the window: ``tandem serve``'s API on a thread of its own, its
-requests run on the window's engine thread with the models the window loaded (one
-worker, never a second load), in turn with the chat's replies.
+requests run with the models the window loaded (never a second load), in turn with the
+chat's replies. With the engine in its own process (the app), the server runs there too
+(``app/enginehost/serving.py``), started and stopped by message, each request served told
+back (``served``); with an in-process engine thread (tests, tools) it runs here.
 
 Off at every start (serving is a choice made each time); the port a start from the
 dialog used is remembered (``Settings.server_port``). The dialog (``ServerDialog``)
@@ -10,13 +12,15 @@ shows the address with a copy button and each request served while the window is
 
 from __future__ import annotations
 
+from collections import deque
+
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QWidget
 
 from app.errors import TandemError
 from app.server.errors import ApiError
-from app.server.worker import Job, JobRunner
+from app.server.worker import RECENT_REQUESTS, Job, JobRunner
 from app.ui.server_dialog import ServerDialog
 
 HOST = "127.0.0.1"  # the window serves this computer only: no API key to manage
@@ -65,6 +69,10 @@ class ServerController(QObject):
         self._jobs = WindowJobs(client)
         self._jobs.listeners.append(self.served.emit)  # engine thread -> queued to this thread
         self._server = None
+        self._remote = False  # served by the engine process
+        self._recent: deque[dict] = deque(maxlen=RECENT_REQUESTS)  # what it served, as it said
+        if hasattr(client, "served"):
+            client.served.connect(self._remember)
         self.url = ""
         self.port = settings().server_port
         self.dialog: ServerDialog | None = None
@@ -83,6 +91,13 @@ class ServerController(QObject):
         info = self._client.info
         if info is None:
             raise TandemError("Load a model first: the server uses the window's models.")
+        if hasattr(self._client, "serve"):  # the engine's own process serves (app/enginehost/serving.py)
+            answer = self._client.serve(HOST, port, sampling=sampling_config(settings), spec=spec_config(settings),
+                                        max_tokens_limit=settings.n_ctx)
+            if answer.error:
+                raise TandemError(answer.error)
+            self._remote, self.url, self.port = True, answer.url, port
+            return self.url
         defaults = Defaults(sampling=sampling_config(settings), spec=spec_config(settings),
                             max_tokens_limit=settings.n_ctx)
         server = BackgroundServer(create_app(self._jobs, model_id=info.target_name, defaults=defaults, info=info),
@@ -92,15 +107,28 @@ class ServerController(QObject):
         return self.url
 
     def stop(self) -> None:
+        if self._remote:
+            self._remote, self.url = False, ""
+            self._client.stop_serving()
         if self._server is not None:
             self._server.stop()
             self._server, self.url = None, ""
+
+    def engine_died(self) -> None:
+        """The server went with the engine: off, as at a start."""
+        self._remote, self.url = False, ""
+        if self.dialog is not None:
+            self._show(self.dialog, "The local server stopped with the engine.")
+
+    def _remember(self, record: dict) -> None:
+        self._recent.append(record)
+        self.served.emit(record)
 
     def open_dialog(self) -> ServerDialog:
         dialog = ServerDialog(self._dialog_parent)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.port.setValue(self.port)
-        for record in self._jobs.recent:
+        for record in (self._recent if hasattr(self._client, "served") else self._jobs.recent):
             dialog.add_request(record)
         dialog.switched.connect(self._switch)
         self.served.connect(dialog.add_request)

@@ -17,3 +17,9 @@ def test_a_one_second_stream_reaches_the_view_and_reports_the_worst_stall(qtbot)
     assert math.isfinite(result.worst_stall_ms) and result.worst_stall_ms >= 0
     assert 0 < result.batches < result.tokens  # coalesced
     assert "worst event-loop stall" in result.report()
+
+
+def test_the_same_stream_through_a_real_engine_process(qtbot):
+    result = run_stream_bench(rate=2000, tokens=600, engine="process")
+    assert result.tokens == 600  # every token crossed the channel and reached the view
+    assert 0 < result.batches < result.tokens  # in batches, not one message per token
