@@ -50,9 +50,7 @@ class DraftTask(QObject):
         return self._thread.is_alive()
 
     def _run(self) -> None:
-        from app.backends.draft_maker import DraftCancelled, make_draft, space_line
-        from app.engine.self_draft import plan_draft
-        from app.storage.made_drafts import find_made
+        from app.session.drafting import DraftCancelled, find_made, make_draft, plan_draft, space_line
 
         try:
             plan = plan_draft(self.target, self._variant, self._layers)
