@@ -142,14 +142,16 @@ class JobResponse(Response):
             await _send_json(send, item.status, item.body())
             return
         if not job.spec.stream:
-            texts = []
+            texts, entries = [], []
             while isinstance(item, Delta):
                 texts.append(item.text)
+                entries.extend(item.logprobs)
                 item = await job.output.get()
             if isinstance(item, ApiError):
                 await _send_json(send, item.status, item.body())
             elif isinstance(item, Outcome):
-                await _send_json(send, 200, shapes.whole("".join(texts), item))
+                logprobs = entries if job.spec.logprobs is not None else None
+                await _send_json(send, 200, shapes.whole("".join(texts), item, logprobs))
             return
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream; charset=utf-8"),
@@ -159,7 +161,8 @@ class JobResponse(Response):
             await _send_body(send, _sse(opening))
         while True:
             if isinstance(item, Delta):
-                await _send_body(send, _sse(shapes.delta(item, job.spec.token_kinds)))
+                await _send_body(send, _sse(shapes.delta(item, job.spec.token_kinds,
+                                                         job.spec.logprobs is not None)))
             elif isinstance(item, Outcome):
                 chunks = _sse(shapes.closing(item))
                 if job.spec.include_usage:

@@ -5,6 +5,7 @@ find their figures."""
 
 from __future__ import annotations
 
+from app.server.structured import chat_logprobs, completion_logprobs
 from app.server.worker import Delta, Outcome
 
 FINGERPRINT = "tandem"
@@ -67,12 +68,13 @@ class Shapes:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
                 "system_fingerprint": FINGERPRINT}
 
-    def whole(self, text: str, outcome: Outcome) -> dict:
+    def whole(self, text: str, outcome: Outcome, logprobs=None) -> dict:
+        shown = None if logprobs is None else self._logprobs(logprobs)
         if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": shown,
                       "finish_reason": outcome.finish_reason}
         else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": outcome.finish_reason}
+            choice = {"index": 0, "text": text, "logprobs": shown, "finish_reason": outcome.finish_reason}
         return {**self._head(self.object), "choices": [choice], "usage": usage(outcome),
                 "tandem": tandem_figures(outcome), "timings": timings(outcome)}
 
@@ -87,8 +89,13 @@ class Shapes:
     def opening(self) -> dict | None:
         return self._chunk(None, None, role=True) if self.chat else None
 
-    def delta(self, delta: Delta, token_kinds: bool) -> dict:
+    def _logprobs(self, entries) -> dict:
+        return chat_logprobs(entries) if self.chat else completion_logprobs(entries)
+
+    def delta(self, delta: Delta, token_kinds: bool, logprobs: bool = False) -> dict:
         chunk = self._chunk(delta.text, None)
+        if logprobs:
+            chunk["choices"][0]["logprobs"] = self._logprobs(delta.logprobs)
         if token_kinds:
             chunk["tandem"] = {"token_kinds": list(delta.kinds)}
         return chunk

@@ -33,6 +33,7 @@ from app.engine.types import Stats, StopReason
 from app.errors import TandemError
 from app.server.errors import ApiError, server_error
 from app.server.requests import JobSpec
+from app.server.structured import token_entry
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,7 @@ class Delta:
 
     text: str
     kinds: tuple[str, ...]
+    logprobs: tuple = ()  # structured.TokenEntry per token, when the request asked for them
 
 
 @dataclass
@@ -241,21 +243,26 @@ def _reply(session, job: Job, served: int, queued: float) -> Outcome:
 
         # Raw text, never control tokens: a '<|im_end|>' in it stays text.
         prompt = ChatPrompt(session.target.tokenize(spec.prompt, add_special=True, parse_special=False))
-    generation = session.generate(prompt, spec.sampling, spec.spec, spec.max_tokens, job.cancel)
+    extra = {"grammar": spec.grammar, "logprobs": spec.logprobs} if spec.grammar or spec.logprobs is not None else {}
+    generation = session.generate(prompt, spec.sampling, spec.spec, spec.max_tokens, job.cancel, **extra)
     matcher = StopMatcher(spec.stop)
     kinds: Counter = Counter()
     pending: list[str] = []
-    count, finish = 0, None
+    entries: list = []  # the pending tokens' logprobs
+    count, finish, offset = 0, None, 0
     events = iter(generation)
     try:
         for event in events:
             count += 1
             kinds[event.kind.value] += 1
             pending.append(event.kind.value)
+            if spec.logprobs is not None:
+                entries.append(token_entry(session.target, event, offset))
+                offset += len(event.text)
             text, hit = matcher.feed(event.text)
             if text:
-                job.push(Delta(text, tuple(pending)))
-                pending = []
+                job.push(Delta(text, tuple(pending), tuple(entries)))
+                pending, entries = [], []
             if hit:
                 finish = "stop"
                 break
@@ -265,7 +272,7 @@ def _reply(session, job: Job, served: int, queued: float) -> Outcome:
         else:
             tail = matcher.flush()
             if tail or pending:
-                job.push(Delta(tail, tuple(pending)))
+                job.push(Delta(tail, tuple(pending), tuple(entries)))
     finally:
         events.close()
     stats = generation.stats
