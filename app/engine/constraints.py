@@ -13,6 +13,7 @@ llama.cpp's grammar sampler.
 
 from __future__ import annotations
 
+import math
 from typing import Protocol
 
 import numpy as np
@@ -108,10 +109,40 @@ def constrained_dist(logits: np.ndarray, sampling: SamplingConfig, constraint: C
         p /= p.sum()
         return p
     x = np.asarray(logits)
-    masked = np.where(allowed_mask(constraint, x.size), x, -np.inf).astype(np.float32)
+    allowed = _allowed_top(x, sampling, constraint)
+    if allowed is None:
+        allowed = allowed_mask(constraint, x.size)
+    masked = np.where(allowed, x, -np.inf).astype(np.float32)
     if not np.isfinite(masked.max()):
         raise ConstraintError("The grammar allows no token the model can write here.")
     return warp(masked, sampling)
+
+
+def _allowed_top(x: np.ndarray, sampling: SamplingConfig, constraint: Constraint) -> np.ndarray | None:
+    """A mask that, for warping, is as good as the full one: every allowed token that
+    top-k or min-p could keep, found by checking candidates from the top down. None when
+    the truncation needs the allowed set's whole mass (top-p or temperature alone)."""
+    k, min_p = sampling.top_k, sampling.min_p
+    if not (k > 0 or (min_p > 0.0 and sampling.top_p >= 1.0)):
+        return None
+    for n in _ARGMAX_PROBES[1:]:
+        if n >= x.size:
+            return None
+        cut = x.size - n
+        ids = np.argpartition(x, cut)[cut:]
+        floor = x[ids].min()
+        # Only ids above the n-th value are surely the top n (ties may lie below the cut).
+        ids = ids[(x[ids] > floor) & np.isfinite(x[ids])]
+        ok = ids[constraint.allows(ids.astype(np.int32))]
+        if not ok.size:
+            continue
+        # Enough when whatever lies below the floor cannot be kept: top-k holds k
+        # allowed tokens above it; min-p's threshold is above it.
+        if (k > 0 and ok.size >= k) or (k == 0 and x[ok].max() + math.log(min(min_p, 1.0)) > floor):
+            mask = np.zeros(x.size, dtype=bool)
+            mask[ok] = True
+            return mask
+    return None
 
 
 def trim_to_constraint(tokens: list[int], constraint: Constraint) -> list[int]:
