@@ -9,6 +9,7 @@ summaries, RAG). With a draft model the engine uses a stricter lookup first
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from app.engine.backend import ModelBackend
+from app.engine.constraints import Constraint, ConstraintError, constrained_argmax, constrained_dist, trim_to_constraint
 from app.engine.sampling import sample, warp
 from app.engine.types import DrafterKind, SamplingConfig
 
@@ -53,11 +55,12 @@ class Drafter(Protocol):
 
     def propose(self, context: Sequence[int], n_max: int, sampling: SamplingConfig,
                 rng: np.random.Generator, p_min: float,
-                go_on: Callable[[float], bool] | None = None) -> Draft:
+                go_on: Callable[[float], bool] | None = None, constraint: Constraint | None = None) -> Draft:
         """Up to ``n_max`` tokens. A token less probable than ``p_min`` is not proposed;
         after each token, ``go_on(its probability)`` false ends the draft. Both look
         only at the draft's own probabilities, so where a draft ends never biases
-        what the target accepts."""
+        what the target accepts. Under ``constraint`` (the committed state; a drafter
+        drafts on a fork of it, never advancing it) a drafter may draft what it allows."""
 
     def close(self) -> None: ...
 
@@ -86,12 +89,23 @@ class ModelDrafter:
 
     def propose(self, context: Sequence[int], n_max: int, sampling: SamplingConfig,
                 rng: np.random.Generator, p_min: float,
-                go_on: Callable[[float], bool] | None = None) -> Draft:
+                go_on: Callable[[float], bool] | None = None, constraint: Constraint | None = None) -> Draft:
         draft = Draft()
         n_max = min(n_max, self.model.n_ctx - len(context))
         if n_max <= 0:
             return draft
         pending = self._sync(context)
+        state = constraint.fork() if constraint is not None else None
+        try:
+            self._draft(draft, pending, n_max, sampling, rng, p_min, go_on, state)
+        finally:
+            if state is not None:
+                state.close()
+        return draft
+
+    def _draft(self, draft: Draft, pending: list[int], n_max: int, sampling: SamplingConfig,
+               rng: np.random.Generator, p_min: float, go_on: Callable[[float], bool] | None,
+               state: Constraint | None) -> None:
         for _ in range(n_max):
             cpu, started = time.process_time(), time.perf_counter()
             logits = self._fit_vocab(self.model.evaluate(pending, [len(pending) - 1])[0],
@@ -105,7 +119,10 @@ class ModelDrafter:
                 draft.step_cpu_seconds.append(time.process_time() - cpu)
             else:
                 draft.catchup_seconds += elapsed
-            token, prob, q = self._choose(logits, sampling, rng)
+            try:
+                token, prob, q = self._choose(logits, sampling, rng, state)
+            except ConstraintError:  # the draft model sees nothing allowed: the target decides
+                break
             if prob < p_min:
                 draft.dropped = (token, prob)
                 break
@@ -115,8 +132,9 @@ class ModelDrafter:
                 draft.q.append(q)
             if token in self._eog_set or (go_on is not None and not go_on(prob)):
                 break
+            if state is not None:
+                state.advance(token)
             pending = [token]
-        return draft
 
     def _sync(self, context: Sequence[int]) -> list[int]:
         """Trim the cache to its common prefix with ``context``; return what it has not seen.
@@ -130,14 +148,16 @@ class ModelDrafter:
         self.model.trim(reuse)
         return list(context[reuse:])
 
-    def _choose(self, logits: np.ndarray, sampling: SamplingConfig,
-                rng: np.random.Generator) -> tuple[int, float, np.ndarray | None]:
+    def _choose(self, logits: np.ndarray, sampling: SamplingConfig, rng: np.random.Generator,
+                state: Constraint | None = None) -> tuple[int, float, np.ndarray | None]:
         if sampling.greedy:
-            token = int(np.argmax(logits))
-            # The top token's softmax probability, without materialising the softmax.
+            token = int(np.argmax(logits)) if state is None else constrained_argmax(logits, state)
+            # The token's softmax probability (unmasked: p_min and go_on judge the draft
+            # model's confidence), without materialising the softmax.
             prob = float(1.0 / np.exp(logits - logits[token]).sum())
             return token, prob, None
-        q = warp(logits, sampling)
+        # Under a constraint q is the masked distribution: what the token was drawn from.
+        q = warp(logits, sampling) if state is None else constrained_dist(logits, sampling, state)
         token = sample(q, rng)
         return token, float(q[token]), q
 
@@ -185,7 +205,8 @@ class LookupDrafter:
 
     def propose(self, context: Sequence[int], n_max: int, sampling: SamplingConfig,
                 rng: np.random.Generator, p_min: float,
-                go_on: Callable[[float], bool] | None = None) -> Draft:
+                go_on: Callable[[float], bool] | None = None, constraint: Constraint | None = None) -> Draft:
+        # The engine cuts a copy where a constraint refuses it (``constrained_draft``).
         # A copied continuation has no confidence to judge it by (each token's is 1): no cut.
         return self.copy(context, n_max, sampling)
 
@@ -348,6 +369,16 @@ class CopySources:
         self._index.clear()
         for source_id, tokens in self._sources.items():
             self._index_one(source_id, tokens)
+
+
+def constrained_draft(draft: Draft, constraint: Constraint) -> Draft:
+    """``draft`` cut before its first token ``constraint`` refuses: the target could keep
+    none of what follows. The time it took stays counted."""
+    kept = trim_to_constraint(draft.tokens, constraint)
+    if len(kept) == len(draft.tokens):
+        return draft
+    n = len(kept)
+    return dataclasses.replace(draft, tokens=kept, q=draft.q[:n], probs=draft.probs[:n], dropped=None)
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

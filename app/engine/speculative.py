@@ -25,6 +25,11 @@ argmax; sampled keeps d_i with probability min(1, p(d_i)/q(d_i)) and on the firs
 rejection draws from norm(max(0, p - q)), so every emitted token is distributed
 exactly as the target alone would draw it.
 
+Constraints (``constraints.py``, ``target_rows.py``): under a grammar, every row's
+distribution is masked by the grammar's state at that row, by the same function as
+plain decoding; the draft model drafts under its own fork of it, and a draft is cut
+where the grammar would refuse it, so no forbidden token is ever kept.
+
 Draft lengths (``draft_policy.py``): a reply is handed one policy, a fixed length
 or auto, which plans each round and learns from what it cost and what was kept.
 Copies teach it nothing: they say nothing about the draft model's guesses.
@@ -50,11 +55,12 @@ import numpy as np
 from app.engine.backend import ModelBackend
 from app.engine.detokenize import StreamingDetokenizer, token_display_text
 from app.engine.draft_costs import RecentCost
+from app.engine.constraints import Constraint
 from app.engine.draft_policy import AutoDraftLength, DraftPolicy, FixedDraftLength
-from app.engine.drafters import CopySources, Draft, Drafter, LookupDrafter, common_prefix
+from app.engine.drafters import CopySources, Draft, Drafter, LookupDrafter, common_prefix, constrained_draft
 from app.engine.errors import ContextOverflowError
 from app.engine.thread_policy import threads_for
-from app.engine.sampling import greedy_accept, rejection_accept, sample, warp
+from app.engine.target_rows import TargetRows
 from app.engine.types import (SPECULATION_OFF, DrafterKind, SamplingConfig, SpecConfig, Stats, StopReason,
                               TokenEvent, TokenKind)
 
@@ -95,11 +101,16 @@ class SpeculativeEngine:
     def generate(self, prompt: Sequence[int], sampling: SamplingConfig = SamplingConfig(),
                  spec: SpecConfig = SpecConfig(), max_tokens: int = 256,
                  cancel: threading.Event | None = None, policy: DraftPolicy | None = None,
-                 copy_sources: CopySources | Sequence[Sequence[int]] | None = None) -> Generation:
+                 copy_sources: CopySources | Sequence[Sequence[int]] | None = None,
+                 constraint: Constraint | None = None, logprobs: int | None = None) -> Generation:
         """Generate up to ``max_tokens`` after ``prompt``; ``policy`` decides each round's
         draft length (by default the one ``spec.draft_max`` names, see ``policy_for``).
         ``copy_sources`` (token sequences, or an index built ahead) are copied from like
-        the context when ``spec.copy_min`` is set."""
+        the context when ``spec.copy_min`` is set. ``constraint`` (a grammar, in its start
+        state) limits what may be written, and advances as the reply goes; where it ends
+        the reply is the grammar's, so ``ignore_eos`` does not apply under one.
+        ``logprobs``: each event carries its token's log-probability and that many top
+        alternatives (``target_rows.py``)."""
         if not prompt:
             raise ContextOverflowError("The prompt is empty.")
         if len(prompt) >= self.target.n_ctx:
@@ -107,6 +118,8 @@ class SpeculativeEngine:
                 f"The prompt is {len(prompt)} tokens but the context holds {self.target.n_ctx}; "
                 "shorten it or raise the context size.")
         speculate = spec.enabled and self.drafter is not None
+        if constraint is not None:
+            sampling = dataclasses.replace(sampling, ignore_eos=False)
         stats = Stats(prompt_tokens=len(prompt), speculative=speculate,
                       note="" if speculate else (self.note or SPECULATION_OFF))
         detok = StreamingDetokenizer(self.target.token_bytes)
@@ -119,7 +132,7 @@ class SpeculativeEngine:
             copy_sources = index
         events = self._run(list(prompt), sampling, spec if speculate else None,
                            self.policy_for(spec) if policy is None else policy, max_tokens,
-                           cancel or threading.Event(), detok, stats, copy_sources)
+                           cancel or threading.Event(), detok, stats, copy_sources, constraint, logprobs)
         return Generation(_keeping_the_tail(events, detok), stats)
 
     def policy_for(self, spec: SpecConfig) -> DraftPolicy:
@@ -129,7 +142,8 @@ class SpeculativeEngine:
 
     def _run(self, committed: list[int], sampling: SamplingConfig, spec: SpecConfig | None,
              policy: DraftPolicy, max_tokens: int, cancel: threading.Event, detok: StreamingDetokenizer,
-             stats: Stats, sources: CopySources | None) -> Iterator[TokenEvent]:
+             stats: Stats, sources: CopySources | None, constraint: Constraint | None = None,
+             logprobs: int | None = None) -> Iterator[TokenEvent]:
         target = self.target
         rng = np.random.default_rng(sampling.seed)
         masked = np.array(sorted(target.eog_ids), dtype=np.int64) if sampling.ignore_eos else None
@@ -164,10 +178,14 @@ class SpeculativeEngine:
                                            room - 1, spec.draft_max == "auto")
                         copied = len(draft) > 0
                         if not copied and plan.length >= spec.draft_min:
+                            # Under a constraint the draft model drafts with its own fork of it.
                             draft = self.drafter.propose(committed, plan.length, sampling, rng,
-                                                         max(spec.p_min, plan.p_min), plan.go_on)
+                                                         max(spec.p_min, plan.p_min), plan.go_on,
+                                                         **({"constraint": constraint} if constraint else {}))
                             policy.observe_draft(draft.step_seconds)
                             self.threads.observe_draft(draft.step_seconds, draft.step_cpu_seconds)
+                        if constraint is not None:
+                            draft = constrained_draft(draft, constraint)  # what the grammar refuses can't be kept
                         if len(draft) < spec.draft_min:
                             draft, copied = Draft(), False
 
@@ -186,8 +204,9 @@ class SpeculativeEngine:
                 if masked is not None:
                     rows[:, masked] = -np.inf
 
-                # 3. Accept.
-                n_accepted, token = self._accept(draft, rows, sampling, rng)
+                # 3. Accept (under the constraint, which advances along what is emitted).
+                choice = TargetRows(rows, draft.tokens, draft.q, sampling, constraint, logprobs)
+                n_accepted, token = choice.accept(rng)
                 assert 0 <= n_accepted <= len(draft), "accepted more than was drafted"
                 new_tokens = [*draft.tokens[:n_accepted], token]
 
@@ -213,7 +232,7 @@ class SpeculativeEngine:
                         policy.observe_overhead(time.perf_counter() - round_started - elapsed
                                                      - sum(draft.step_seconds) - draft.catchup_seconds)
 
-                for event in self._events(draft, n_accepted, token, detok):
+                for event in self._events(draft, n_accepted, token, detok, choice):
                     if event.id in target.eog_ids and masked is None:
                         stats.stop_reason = StopReason.EOS
                         return
@@ -259,28 +278,20 @@ class SpeculativeEngine:
         if self.drafter is not None:
             self.drafter.prepare(committed)
 
-    def _accept(self, draft: Draft, rows: np.ndarray, sampling: SamplingConfig,
-                rng: np.random.Generator) -> tuple[int, int]:
-        if sampling.greedy:
-            return greedy_accept(draft.tokens, rows.argmax(axis=1).tolist())
-        p = np.stack([warp(row, sampling) for row in rows])
-        if not draft.tokens:
-            return 0, sample(p[0], rng)
-        return rejection_accept(draft.tokens, np.stack(draft.q), p, rng)
-
     def _events(self, draft: Draft, n_accepted: int, token: int,
-                detok: StreamingDetokenizer) -> Iterator[TokenEvent]:
-        for d in draft.tokens[:n_accepted]:
-            yield TokenEvent(d, detok.push(d), TokenKind.ACCEPTED)
+                detok: StreamingDetokenizer, choice: TargetRows) -> Iterator[TokenEvent]:
+        for i, d in enumerate(draft.tokens[:n_accepted]):
+            yield TokenEvent(d, detok.push(d), TokenKind.ACCEPTED, logprobs=choice.logprobs(i, d))
+        last = choice.logprobs(n_accepted, token)
         if not draft.tokens:
-            yield TokenEvent(token, detok.push(token), TokenKind.PLAIN)
+            yield TokenEvent(token, detok.push(token), TokenKind.PLAIN, logprobs=last)
         elif n_accepted == len(draft):
-            yield TokenEvent(token, detok.push(token), TokenKind.BONUS)
+            yield TokenEvent(token, detok.push(token), TokenKind.BONUS, logprobs=last)
         else:
             rejected = draft.tokens[n_accepted]
             yield TokenEvent(token, detok.push(token), TokenKind.CORRECTED, draft_id=rejected,
                              draft_text=token_display_text(self.target.token_bytes(rejected)),
-                             draft_prob=draft.probs[n_accepted])
+                             draft_prob=draft.probs[n_accepted], logprobs=last)
 
 
 def plain_step_estimate(plain: float | None, batches: dict[int, RecentCost]) -> float:

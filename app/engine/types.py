@@ -51,6 +51,15 @@ class SpecConfig:
 
 
 @dataclass(frozen=True)
+class TokenLogprobs:
+    """One emitted token's log-probability and the most likely tokens at its position
+    (app/engine/target_rows.py says from which distribution)."""
+
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()  # (token id, logprob), most likely first
+
+
+@dataclass(frozen=True)
 class TokenEvent:
     """One emitted token. ``text`` is the completed UTF-8 text it finished (may be '')."""
 
@@ -61,6 +70,7 @@ class TokenEvent:
     draft_id: int | None = None
     draft_text: str | None = None
     draft_prob: float | None = None
+    logprobs: TokenLogprobs | None = None  # when the reply was asked for them
 
 
 @dataclass

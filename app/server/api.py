@@ -147,14 +147,19 @@ class JobResponse(Response):
             await _send_json(send, item.status, item.body())
             return
         if not job.spec.stream:
-            texts, calls = [], []
+            texts, calls, entries = [], [], []
             while isinstance(item, (Delta, CallItem)):
-                (texts.append(item.text) if isinstance(item, Delta) else calls.append(item))
+                if isinstance(item, Delta):
+                    texts.append(item.text)
+                    entries.extend(item.logprobs)
+                else:
+                    calls.append(item)
                 item = await job.output.get()
             if isinstance(item, ApiError):
                 await _send_json(send, item.status, item.body())
             elif isinstance(item, Outcome):
-                await _send_json(send, 200, shapes.whole("".join(texts), item, calls))
+                logprobs = entries if job.spec.logprobs is not None else None
+                await _send_json(send, 200, shapes.whole("".join(texts), item, calls, logprobs))
             return
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream; charset=utf-8"),
@@ -164,7 +169,8 @@ class JobResponse(Response):
             await _send_body(send, _sse(opening))
         while True:
             if isinstance(item, Delta):
-                await _send_body(send, _sse(shapes.delta(item, job.spec.token_kinds)))
+                await _send_body(send, _sse(shapes.delta(item, job.spec.token_kinds,
+                                                         job.spec.logprobs is not None)))
             elif isinstance(item, CallItem):
                 await _send_body(send, b"".join(_sse(c) for c in shapes.call_chunks(item, job.spec.token_kinds)))
             elif isinstance(item, Outcome):

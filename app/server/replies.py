@@ -5,6 +5,7 @@ find their figures."""
 
 from __future__ import annotations
 
+from app.server.structured import chat_logprobs, completion_logprobs
 from app.server.worker import Delta, Outcome
 
 FINGERPRINT = "tandem"
@@ -67,14 +68,15 @@ class Shapes:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
                 "system_fingerprint": FINGERPRINT}
 
-    def whole(self, text: str, outcome: Outcome, calls=()) -> dict:
+    def whole(self, text: str, outcome: Outcome, calls=(), logprobs=None) -> dict:
+        shown = None if logprobs is None else self._logprobs(logprobs)
         if self.chat:
             message = {"role": "assistant", "content": text}
             if calls:  # tools.CallItem: OpenAI gives no content beside calls unless there was some
                 message = {"role": "assistant", "content": text or None, "tool_calls": [c.openai() for c in calls]}
-            choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": outcome.finish_reason}
+            choice = {"index": 0, "message": message, "logprobs": shown, "finish_reason": outcome.finish_reason}
         else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": outcome.finish_reason}
+            choice = {"index": 0, "text": text, "logprobs": shown, "finish_reason": outcome.finish_reason}
         return {**self._head(self.object), "choices": [choice], "usage": usage(outcome),
                 "tandem": tandem_figures(outcome), "timings": timings(outcome)}
 
@@ -89,8 +91,13 @@ class Shapes:
     def opening(self) -> dict | None:
         return self._chunk(None, None, role=True) if self.chat else None
 
-    def delta(self, delta: Delta, token_kinds: bool) -> dict:
+    def _logprobs(self, entries) -> dict:
+        return chat_logprobs(entries) if self.chat else completion_logprobs(entries)
+
+    def delta(self, delta: Delta, token_kinds: bool, logprobs: bool = False) -> dict:
         chunk = self._chunk(delta.text, None)
+        if logprobs:
+            chunk["choices"][0]["logprobs"] = self._logprobs(delta.logprobs)
         if token_kinds:
             chunk["tandem"] = {"token_kinds": list(delta.kinds)}
         return chunk

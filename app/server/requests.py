@@ -15,10 +15,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from app.engine.target_rows import MAX_TOP_LOGPROBS
 from app.engine.types import SamplingConfig, SpecConfig
 from app.engine.tool_prompt import ToolRequest
 from app.server.errors import ApiError
 from app.server.tools import ToolCallIn, ToolChoice, ToolDef, history_entry, tool_request
+from app.server.structured import response_grammar
 from app.vocabulary import DRAFT_MAX_RANGE
 
 MAX_STOPS = 4         # as OpenAI
@@ -45,6 +47,18 @@ class ContentPart(_Body):
     text: str | None = None
 
 
+class JsonSchemaFormat(_Body):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    description: str | None = None
+    schema_: dict | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Body):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
 class Message(_Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
@@ -66,6 +80,7 @@ class _Common(_Body):
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     ignore_eos: bool | None = None
+    response_format: ResponseFormat | None = None
     tandem: TandemOptions | None = None
 
 
@@ -75,10 +90,13 @@ class ChatBody(_Common):
     tools: list[ToolDef] | None = None
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
 
 
 class CompletionBody(_Common):
     prompt: str | list[str]
+    logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
 
 
 @dataclass(frozen=True)
@@ -109,6 +127,8 @@ class JobSpec:
     prompt: str = ""                           # completion: the raw prompt text
     speculation_refused: bool = False          # the request itself turned speculation off
     tools: ToolRequest | None = None           # chat: tools, tool_choice (tools.py)
+    grammar: str = ""                          # GBNF the reply must match (response_format)
+    logprobs: int | None = None                # None: none; else top alternatives per token
 
 
 def parse_json(raw: bytes) -> dict:
@@ -139,8 +159,12 @@ def chat_job(body: dict, defaults: Defaults) -> JobSpec:
         history, system = [("system", system)], ""
     requested = checked.max_completion_tokens if checked.max_completion_tokens is not None else checked.max_tokens
     param = "max_completion_tokens" if checked.max_completion_tokens is not None else "max_tokens"
+    if checked.top_logprobs is not None and not checked.logprobs:
+        raise ApiError(400, "top_logprobs needs logprobs set to true.", param="top_logprobs")
+    logprobs = (checked.top_logprobs or 0) if checked.logprobs else None
     tools = tool_request(checked.tools, checked.tool_choice, checked.parallel_tool_calls)
-    return _job("chat", checked, defaults, requested, param, history=tuple(history), system=system, tools=tools)
+    return _job("chat", checked, defaults, requested, param, history=tuple(history), system=system, tools=tools,
+                logprobs=logprobs, grammar=_grammar(checked))
 
 
 def completion_job(body: dict, defaults: Defaults) -> JobSpec:
@@ -151,7 +175,20 @@ def completion_job(body: dict, defaults: Defaults) -> JobSpec:
             raise ApiError(400, "Only one prompt per request is supported (a list of exactly one string).",
                            param="prompt")
         prompt = prompt[0]
-    return _job("completion", checked, defaults, checked.max_tokens, "max_tokens", prompt=prompt)
+    return _job("completion", checked, defaults, checked.max_tokens, "max_tokens", prompt=prompt,
+                logprobs=checked.logprobs, grammar=_grammar(checked))
+
+
+def _grammar(checked: _Common) -> str:
+    """The grammar ``response_format`` asks for ('' for none): bounded, refused with a 400."""
+    fmt = checked.response_format
+    if fmt is None:
+        return ""
+    if fmt.type == "json_schema" and fmt.json_schema is None:
+        raise ApiError(400, "response_format: a json_schema object is needed with type 'json_schema'.",
+                       param="response_format.json_schema")
+    schema = fmt.json_schema.schema_ if fmt.type == "json_schema" else None
+    return response_grammar(fmt.type, schema, bool(fmt.type == "json_schema" and fmt.json_schema.strict))
 
 
 def _job(kind, checked: _Common, defaults: Defaults, requested: int | None, param: str, **prompt) -> JobSpec:

@@ -34,6 +34,7 @@ from app.errors import TandemError
 from app.server.errors import ApiError, server_error
 from app.server.requests import JobSpec
 from app.server.tools import CallItem, ToolReader
+from app.server.structured import token_entry
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ class Delta:
 
     text: str
     kinds: tuple[str, ...]
+    logprobs: tuple = ()  # structured.TokenEntry per token, when the request asked for them
 
 
 @dataclass
@@ -243,25 +245,30 @@ def _reply(session, job: Job, served: int, queued: float) -> Outcome:
 
         # Raw text, never control tokens: a '<|im_end|>' in it stays text.
         prompt = ChatPrompt(session.target.tokenize(spec.prompt, add_special=True, parse_special=False))
-    generation = session.generate(prompt, spec.sampling, spec.spec, spec.max_tokens, job.cancel)
+    extra = {"grammar": spec.grammar, "logprobs": spec.logprobs} if spec.grammar or spec.logprobs is not None else {}
+    generation = session.generate(prompt, spec.sampling, spec.spec, spec.max_tokens, job.cancel, **extra)
     plan = getattr(prompt, "tools", None)
     reader = ToolReader(plan, session.target) if plan is not None else None
     matcher = StopMatcher(spec.stop)
     kinds: Counter = Counter()
     pending: list[str] = []
-    count, finish = 0, None
+    entries: list = []  # the pending tokens' logprobs
+    count, finish, offset = 0, None, 0
     events = iter(generation)
     try:
         for event in events:
             count += 1
             kinds[event.kind.value] += 1
             pending.append(event.kind.value)
+            if spec.logprobs is not None:
+                entries.append(token_entry(session.target, event, offset))
+                offset += len(event.text)
             text, hit = matcher.feed(reader.text_of(event.id, event.text) if reader else event.text)
             if text and reader is None:
-                job.push(Delta(text, tuple(pending)))
-                pending = []
+                job.push(Delta(text, tuple(pending), tuple(entries)))
+                pending, entries = [], []
             elif text:
-                pending = _emit(job, reader.feed(text), pending)
+                pending, entries = _emit(job, reader.feed(text), pending, entries)
             if hit:
                 finish = "stop"
                 break
@@ -274,14 +281,15 @@ def _reply(session, job: Job, served: int, queued: float) -> Outcome:
         else:
             tail = matcher.flush()
             if reader is not None:
-                pending = _emit(job, reader.feed(tail) + reader.finish(), pending)
+                pending, entries = _emit(job, reader.feed(tail) + reader.finish(), pending, entries)
                 tail = ""
             if tail or pending:
-                job.push(Delta(tail, tuple(pending)))
+                job.push(Delta(tail, tuple(pending), tuple(entries)))
+                pending, entries = [], []
         if reader is not None and finish is not None:
-            pending = _emit(job, reader.finish(), pending)
+            pending, entries = _emit(job, reader.finish(), pending, entries)
             if pending:
-                job.push(Delta("", tuple(pending)))
+                job.push(Delta("", tuple(pending), tuple(entries)))
     finally:
         events.close()
     stats = generation.stats
@@ -293,14 +301,14 @@ def _reply(session, job: Job, served: int, queued: float) -> Outcome:
                    stats, kinds, job.arrival, served, queued, spec.speculation_refused)
 
 
-def _emit(job: Job, items: list, pending: list[str]) -> list[str]:
-    """Push a tool reader's content and calls, the kinds so far with the first; what is
-    left of the kinds when nothing was pushed (text held back) is returned."""
+def _emit(job: Job, items: list, pending: list[str], entries: list) -> tuple[list[str], list]:
+    """Push a tool reader's content and calls, the kinds (and logprobs) so far with the
+    first; what is left of them when nothing was pushed (text held back) is returned."""
     for item in items:
-        job.push(Delta(item, tuple(pending)) if isinstance(item, str) else
+        job.push(Delta(item, tuple(pending), tuple(entries)) if isinstance(item, str) else
                  CallItem(item.index, item.id, item.call, tuple(pending)))
-        pending = []
-    return pending
+        pending, entries = [], []
+    return pending, entries
 
 
 def request_record(job: Job, outcome: Outcome) -> dict:

@@ -104,16 +104,28 @@ class ChatSession:
         return self.generate(prompt, sampling, spec, max_tokens, cancel, replaced=replaced)
 
     def generate(self, prompt: ChatPrompt, sampling: SamplingConfig, spec: SpecConfig, max_tokens: int,
-                 cancel: threading.Event | None = None, *, replaced: Sequence[str] = ()) -> Generation:
+                 cancel: threading.Event | None = None, *, replaced: Sequence[str] = (),
+                 grammar: str = "", logprobs: int | None = None) -> Generation:
         """A reply to an already built prompt, its figures carrying what the prompt said.
         Copying repeats (``spec.copy_min``) also copies from what ``remember`` and
-        ``replaced`` gave, the replaced replies first (added last, they win equal matches)."""
+        ``replaced`` gave, the replaced replies first (added last, they win equal matches).
+        ``grammar``: GBNF the reply must match (``app.backends.grammar`` makes it from a
+        JSON schema or tools; a bad one raises GrammarError). ``logprobs``: each token
+        event carries its log-probability and that many top alternatives."""
         self.remember(replaced)
         generation = self.engine.generate(prompt.tokens, sampling, spec, max_tokens, cancel,
-                                          copy_sources=self.copy_sources)
+                                          copy_sources=self.copy_sources,
+                                          constraint=self.constraint(grammar) if grammar else None,
+                                          logprobs=logprobs)
         generation.stats.left_out = prompt.left_out
         generation.stats.prompt_notice = prompt.notice
         return generation
+
+    def constraint(self, grammar: str):
+        """``grammar`` (GBNF) compiled for the target's vocabulary, in its start state."""
+        from app.backends.grammar import GrammarConstraint
+
+        return GrammarConstraint.compile(self.target, grammar)
 
     def self_test(self, gpu_name: str | None = None):
         """The ``--self-test`` checks on this pair (Help → Check speculation)."""

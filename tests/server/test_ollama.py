@@ -12,7 +12,6 @@ import httpx
 import pytest
 from ollama import Client, ResponseError
 
-from app.server.requests import ChatBody
 
 MODEL = "SmolLM2-135M-Instruct.F32.gguf"
 NAME = MODEL + ":latest"
@@ -186,15 +185,20 @@ def test_other_ollama_routes_are_404_in_ollama_error_json(server):
         assert route in response.json()["error"] and "/api/chat" in response.json()["error"]
 
 
-def test_format_is_refused_until_the_server_can_constrain_json(server):
-    body = {"model": NAME, "prompt": "Reply in JSON.", "format": "json", "stream": False,
-            "options": {"num_predict": 8}}
-    response = httpx.post(server.url + "/api/generate", json=body, timeout=600)
-    if "response_format" in ChatBody.model_fields:  # the grammar has landed: the reply is JSON
-        assert response.status_code == 200
-        json.loads(response.json()["response"])
-    else:
-        assert response.status_code == 400 and "format" in response.json()["error"]
+def test_format_constrains_the_reply_to_json(server):
+    """Ollama's ``format`` rides on the OpenAI routes' ``response_format``: a schema gives
+    JSON that validates; ``"json"`` gives a JSON object (whole once it stops)."""
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}
+    body = {"model": NAME, "prompt": "Is water wet? Answer in JSON.", "format": schema, "stream": False,
+            "options": {"num_predict": 64, "temperature": 0}}
+    reply = httpx.post(server.url + "/api/generate", json=body, timeout=600).json()
+    assert reply["done_reason"] == "stop" and set(json.loads(reply["response"])) == {"ok"}
+    body = {**body, "format": "json", "options": {"num_predict": 24, "temperature": 0}}
+    reply = httpx.post(server.url + "/api/generate", json=body, timeout=600).json()
+    assert reply["response"].lstrip().startswith("{")
+    if reply["done_reason"] == "stop":
+        assert isinstance(json.loads(reply["response"]), dict)
 
 
 def test_malformed_bodies_are_400_json(server):

@@ -1,0 +1,148 @@
+"""What the target says over one round's rows of logits: the choice at each position,
+under a constraint when there is one, and the log-probabilities of what it emits.
+
+One round verifies ``[last, d1 .. dk]``; row i is the target's distribution after
+d_i (row 0: after the committed tokens). Plain decoding is the round with no drafts,
+so plain and speculative replies take every token from the same function of the same
+row: ``constrained_dist`` / ``constrained_argmax`` under a constraint, ``warp`` /
+argmax without one. Rows are worked out lazily, in order, as the acceptance rule asks
+for them (it stops at the first rejection): under a constraint each row needs its own
+grammar state, the state after the drafts before it, and the constraint advances
+along the accepted drafts only. The acceptance rules themselves are ``sampling``'s,
+unchanged: they read these rows as sequences.
+
+Log-probabilities (``TokenLogprobs``) come from the distribution the token was drawn
+from: the warped (and masked) p when sampling; when greedy, whose warped distribution
+is one-hot, the model's own softmax at temperature 1, masked by the constraint. Every
+emitted token's row is in the batch, accepted drafts' included, so both modes report
+the same figures from the same logits.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+import numpy as np
+
+from app.engine.constraints import Constraint, allowed_mask, constrained_argmax, constrained_dist
+from app.engine.sampling import greedy_accept, rejection_accept, sample, warp
+from app.engine.types import SamplingConfig, TokenLogprobs
+
+MAX_TOP_LOGPROBS = 20
+# What a token of zero probability reports (JSON has no -inf; OpenAI uses this too).
+NO_PROBABILITY = -9999.0
+
+
+class TargetRows:
+    """The target's choices over ``rows`` for ``draft``, advancing ``constraint`` (in
+    place) along what is accepted. ``n_top``: None for no log-probabilities, else how
+    many top tokens each emitted one reports."""
+
+    def __init__(self, rows: np.ndarray, draft: Sequence[int], q: Sequence[np.ndarray],
+                 sampling: SamplingConfig, constraint: Constraint | None = None,
+                 n_top: int | None = None) -> None:
+        # q: what each draft was sampled from (``Draft.q``; empty when greedy).
+        self.rows, self.draft, self.q, self.sampling = rows, list(draft), q, sampling
+        self.constraint, self.n_top = constraint, n_top
+        self._advanced = 0  # drafts the constraint has taken
+        self._dists: dict[int, np.ndarray] = {}
+        self._argmax: dict[int, int] = {}
+        self._logp: dict[int, np.ndarray] = {}  # row -> log-probabilities, for n_top
+
+    def accept(self, rng: np.random.Generator) -> tuple[int, int]:
+        """(n_accepted, next token), by ``sampling``'s rules; the constraint then stands
+        after every emitted token."""
+        k = len(self.draft)
+        if self.sampling.greedy:
+            if self.constraint is None and self.n_top is None:
+                n, token = greedy_accept(self.draft, self.rows.argmax(axis=1).tolist())
+            else:
+                n, token = greedy_accept(self.draft, _Rows(k + 1, self._argmax_at))
+        elif k == 0:
+            n, token = 0, sample(self._dist_at(0), rng)
+        else:
+            n, token = rejection_accept(self.draft, np.stack(self.q), _Rows(k + 1, self._dist_at), rng)
+        if self.constraint is not None:
+            self._reach(n)
+            self.constraint.advance(token)
+        return n, token
+
+    def logprobs(self, position: int, token: int) -> TokenLogprobs | None:
+        """The figures of ``token`` emitted at ``position`` (a row ``accept`` visited)."""
+        if self.n_top is None:
+            return None
+        logp = self._logp[position]
+        value = float(logp[token])
+        top: tuple[tuple[int, float], ...] = ()
+        if self.n_top:
+            n = min(self.n_top, logp.size)
+            ids = np.argpartition(-logp, n - 1)[:n]
+            ids = ids[np.lexsort((ids, -logp[ids]))]  # most likely first, ties to the lower id
+            top = tuple((int(i), _finite(float(logp[i]))) for i in ids if np.isfinite(logp[i]))
+        return TokenLogprobs(_finite(value), top)
+
+    # -- rows, lazily and in order ---------------------------------------------------
+    def _reach(self, i: int) -> None:
+        """Advance the constraint by the drafts before row ``i`` (each one accepted)."""
+        while self._advanced < i:
+            self.constraint.advance(self.draft[self._advanced])
+            self._advanced += 1
+
+    def _argmax_at(self, i: int) -> int:
+        if i not in self._argmax:
+            row = self.rows[i]
+            if self.constraint is None:
+                self._argmax[i] = int(np.argmax(row))
+            else:
+                self._reach(i)
+                self._argmax[i] = constrained_argmax(row, self.constraint)
+            self._note_logprobs(i)
+        return self._argmax[i]
+
+    def _dist_at(self, i: int) -> np.ndarray:
+        if i not in self._dists:
+            if self.constraint is None:
+                self._dists[i] = warp(self.rows[i], self.sampling)
+            else:
+                self._reach(i)
+                self._dists[i] = constrained_dist(self.rows[i], self.sampling, self.constraint)
+            self._note_logprobs(i)
+        return self._dists[i]
+
+    def _note_logprobs(self, i: int) -> None:
+        """While the constraint stands at row ``i``: the row's log-probabilities."""
+        if self.n_top is None or i in self._logp:
+            return
+        if not self.sampling.greedy:
+            with np.errstate(divide="ignore"):
+                self._logp[i] = np.log(self._dists[i])
+            return
+        x = self.rows[i].astype(np.float64)
+        if self.constraint is not None:
+            x = np.where(allowed_mask(self.constraint, x.size), x, -np.inf)
+        self._logp[i] = log_softmax(x)
+
+
+def log_softmax(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    top = float(x.max())
+    return x - (top + math.log(float(np.exp(x - top).sum())))
+
+
+def _finite(value: float) -> float:
+    return value if math.isfinite(value) else NO_PROBABILITY
+
+
+class _Rows(Sequence):
+    """Row i on demand: the acceptance rules read a round's rows as a sequence."""
+
+    def __init__(self, n: int, at) -> None:
+        self._n, self._at = n, at
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice) or not -self._n <= i < self._n:
+            raise IndexError(i)
+        return self._at(i % self._n)
