@@ -170,10 +170,9 @@ class AutoDraftLength:
             go_on = None if best.reach_floor is None else self._go_on(best.reach_floor)
             return RoundPlan(length, self.p_min, go_on, lambda prob: prob < BRANCH_BELOW, fork_copies=True)
         extra = max(0.0, (self.branches.tree_overhead.value or 0.0) - self.costs.overhead)
-        brancher = self.branches.brancher(self.confidence.rates, best.speed, best.slope, extra, TREE_SECONDS)
-        reach = [1.0]  # the chance the draft so far is all accepted, shared by both closures
-        go_on = self._go_on(best.reach_floor if best.reach_floor is not None else 0.0, reach)
-        return RoundPlan(length, self.p_min, go_on, lambda prob: brancher(reach[0], prob),
+        go_on = None if best.reach_floor is None else self._go_on(best.reach_floor)
+        return RoundPlan(length, self.p_min, go_on,
+                         self.branches.brancher(self.confidence.rates, best.speed, best.slope, extra, TREE_SECONDS),
                          self.branches.fork_pays(best.speed, best.slope))
 
     @property
@@ -188,7 +187,7 @@ class AutoDraftLength:
         failing = [edge for edge, acceptance in zip(CONFIDENCE_BANDS, self.confidence.rates) if acceptance < 0.5]
         return max(failing, default=0.0)
 
-    def _go_on(self, floor: float, reach: list[float] | None = None) -> Callable[[float], bool]:
+    def _go_on(self, floor: float) -> Callable[[float], bool]:
         """What the drafter asks after each token it drafts: go on?
 
         It multiplies the acceptance of each drafted token's confidence band into the
@@ -196,11 +195,12 @@ class AutoDraftLength:
         under ``floor`` (from ``best_draft``): below it, the next token's expected
         yield no longer pays for its draft step and its place in the verification."""
         accept = self.confidence.rates
-        reach = [1.0] if reach is None else reach  # a list: the branch closure reads it too
+        reach = 1.0
 
         def go_on(prob: float) -> bool:
-            reach[0] *= accept[band_of(prob)]
-            return reach[0] >= floor
+            nonlocal reach
+            reach *= accept[band_of(prob)]
+            return reach >= floor
 
         return go_on
 

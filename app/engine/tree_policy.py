@@ -46,20 +46,23 @@ class BranchPolicy:
         self._fork = list(FORK_PRIOR)
         self.tree_overhead = RecentCost()  # what a tree round costs beyond its steps and its batch
 
-    def brancher(self, accept: list[float], floor: float, slope: float, extra: float,
-                 limit: int) -> Callable[[float, float], bool]:
-        """``branch(reach, prob)``: add a second candidate beside a draft token of
-        probability ``prob`` reached with chance ``reach``? At most ``limit`` a round.
-        ``floor``: the round's best expected speed (tokens per second)."""
+    def brancher(self, accept: list[float], speed: float, slope: float, extra: float,
+                 limit: int) -> Callable[[float], bool]:
+        """``branch(prob)``, asked of each draft token in turn: add a second candidate
+        beside this one, of probability ``prob``? At most ``limit`` a round. ``accept``:
+        acceptance per confidence band; ``speed``: the round's best expected tokens per
+        second; ``slope``: seconds per verified token; ``extra``: what a tree round
+        costs beyond a chain round."""
         second = self.second.rates
-        taken = 0
+        taken, reach = 0, 1.0  # reach: the chance the draft before this token is all accepted
 
-        def branch(reach: float, prob: float) -> bool:
-            nonlocal taken
+        def branch(prob: float) -> bool:
+            nonlocal taken, reach
             band = band_of(prob)
             gain = reach * (1.0 - accept[band]) * second[band]
+            reach *= accept[band]
             cost = slope + (extra if taken == 0 else 0.0)
-            if taken >= limit or gain < floor * cost:
+            if taken >= limit or gain < speed * cost:
                 return False
             taken += 1
             return True

@@ -11,6 +11,8 @@ line: the kept path, and after it the first candidate the target turned down.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -32,7 +34,7 @@ def branch_for(drafter, target: ModelBackend, branch: Callable[[float], bool] | 
     """The keyword a model drafter takes to branch (none where the round cannot be a tree),
     at most as many second candidates as the target has branches beyond the first."""
     room = grows_trees(target) - 1
-    if branch is None or room < 1 or not isinstance(drafter, ModelDrafter):
+    if branch is None or room < 1 or not _takes_branch(type(drafter)):
         return {}
     taken = 0
 
@@ -44,6 +46,16 @@ def branch_for(drafter, target: ModelBackend, branch: Callable[[float], bool] | 
         return True
 
     return {"branch": limited}
+
+
+@functools.cache
+def _takes_branch(kind: type) -> bool:
+    """Whether a drafter's ``propose`` takes ``branch`` (a model drafter's does; one that
+    overrides it without, a lookup, a drafter of another kind, does not)."""
+    if not issubclass(kind, ModelDrafter):
+        return False
+    parameters = inspect.signature(kind.propose).parameters
+    return "branch" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
 
 
 @dataclass
