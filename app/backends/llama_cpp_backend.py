@@ -30,7 +30,9 @@ FTYPES = {"F32": ll.LLAMA_FTYPE_ALL_F32, "F16": ll.LLAMA_FTYPE_MOSTLY_F16,
 # Sequences a context holds: one per leaf of a token tree. A unified KV cache keeps the
 # cells of every sequence in one buffer, so the shared prefix is stored once (a
 # sequence copy only tags cells) and a single sequence runs exactly as with one.
-TREE_BRANCHES = 8
+# TANDEM_TREE_BRANCHES=1 makes single-sequence contexts as before trees (no trees then), to
+# measure the two against each other.
+TREE_BRANCHES = max(1, int(os.environ.get("TANDEM_TREE_BRANCHES", "8") or 8))
 _LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
 
 
@@ -115,7 +117,7 @@ class LlamaBackend:
         cparams.n_ctx = n_ctx
         cparams.n_batch = cparams.n_ubatch = min(n_ctx, 512)
         cparams.n_seq_max = TREE_BRANCHES
-        cparams.kv_unified = True  # coupled sequences (a tree) need it: no sequential split
+        cparams.kv_unified = TREE_BRANCHES > 1  # coupled sequences (a tree) need it: no sequential split
         cparams.n_threads = cparams.n_threads_batch = threads
         cparams.no_perf = True
         float_weights = self._meta("general.file_type") in _FLOAT_FILE_TYPES
