@@ -28,6 +28,7 @@ i.i.d. acceptance.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 import json
 import sys
 from collections import defaultdict
@@ -199,6 +200,9 @@ def add_parser(commands, add_model_arguments) -> None:
     bench.add_argument("--copy", choices=["on", "off", "both"], default="on",
                        help="copy repeated text instead of drafting it (default: on, as in the app); "
                             "both: every setting runs with and without (\"8\" and \"8 nocopy\")")
+    bench.add_argument("--tree", default="auto", metavar="auto|on|off[,...]",
+                       help="token trees (SpecConfig.tree): auto (as in the app), on, off (lines only); a list "
+                            "like off,on runs each, the later ones labelled \"auto tree=on\" (default: auto)")
     from app import bench_methods
 
     bench_methods.add_arguments(bench)
@@ -220,23 +224,36 @@ def _draft_settings(value: str) -> list[int | str]:
     return settings
 
 
-def bench_specs(draft_settings: list[int | str], copy: str = "on") -> dict[str, SpecConfig]:
-    """A label per setting to run: "8", "auto"; with ``copy="both"`` also "8 nocopy"."""
+def bench_specs(draft_settings: list[int | str], copy: str = "on", trees: Sequence[str] = ("auto",)) -> dict[str, SpecConfig]:
+    """A label per setting to run: "8", "auto"; with ``copy="both"`` also "8 nocopy";
+    with more than one of ``trees`` (SpecConfig.tree), the later ones as "auto tree=on"."""
     specs: dict[str, SpecConfig] = {}
-    for setting in draft_settings:
-        if copy in ("on", "both"):
-            specs[str(setting)] = SpecConfig(draft_max=setting, copy_min=COPY_MIN)
-        if copy in ("off", "both"):
-            specs[str(setting) + (NO_COPY if copy == "both" else "")] = SpecConfig(draft_max=setting)
+    for tree in trees:
+        suffix = f" tree={tree}" if tree != trees[0] else ""
+        for setting in draft_settings:
+            if copy in ("on", "both"):
+                specs[str(setting) + suffix] = SpecConfig(draft_max=setting, copy_min=COPY_MIN, tree=tree)
+            if copy in ("off", "both"):
+                specs[str(setting) + (NO_COPY if copy == "both" else "") + suffix] = SpecConfig(
+                    draft_max=setting, tree=tree)
     return specs
 
 
+def _tree_settings(value: str) -> list[str]:
+    trees = [part.strip() for part in value.split(",")]
+    for tree in trees:
+        if tree not in ("auto", "on", "off"):
+            raise BenchError(f"--tree: {tree!r} is not auto, on or off")
+    return trees
+
+
 def run_bench(engine, target, prompts: list[BenchPrompt], draft_settings: list[int | str],
-              max_tokens: int, progress=None, repeat: int = 1, copy: str = "on") -> dict:
+              max_tokens: int, progress=None, repeat: int = 1, copy: str = "on",
+              trees: Sequence[str] = ("auto",)) -> dict:
     """Each prompt runs ``repeat`` times plainly and in every draft setting, in an
     order that rotates from run to run, so drift in machine load hits every
     setting alike; the plain run is every setting's baseline for that prompt."""
-    specs = bench_specs(draft_settings, copy)
+    specs = bench_specs(draft_settings, copy, trees)
     runs = measure(engine, target, prompts, specs, max_tokens, progress, repeat)
     return summarize(prompts, runs, list(specs))
 
@@ -425,20 +442,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
     progress = TerminalProgress()
     from app import bench_methods
 
-    method = bench_methods.prepare(args, progress)
+    method = bench_methods.prepare(args, progress)  # chain / tree set --tree
     print(f"method {method}", file=sys.stderr)
+    trees = _tree_settings(args.tree)
     session = load(args, progress)
     busy = threads = None
     try:
         if session.engine.drafter is None:
             raise BenchError(f"Nothing to compare: {session.engine.note}")
         report = run_bench(session.engine, session.target, prompts, settings, args.max_tokens, progress,
-                           args.repeat, args.copy)
+                           args.repeat, args.copy, trees)
         if args.busy:
             threads = {"quiet": _threads_now(session)}
             with busy_cores(args.busy):
                 busy = run_bench(session.engine, session.target, prompts, settings, args.max_tokens, progress,
-                                 args.repeat, args.copy)
+                                 args.repeat, args.copy, trees)
             threads["busy"] = _threads_now(session)
         progress.done()
     finally:

@@ -6,8 +6,10 @@
   not made before (remembered per target, so a second bench reuses it).
 - ``auto``: what the app itself would use for this target: the draft given, else the
   newest draft made from it, else the demo draft.
-- ``tree``, ``lookahead``: not in this build yet; they say so in one line. A build that
-  has them registers them here (``register``), so the flag's choices stay one list.
+- ``tree``: the draft model with token trees on wherever it is unsure (``SpecConfig.tree``);
+  ``chain`` turns them off, ``auto`` leaves ``--tree`` as given (auto: the app's policy).
+- ``lookahead``: not in this build yet; it says so in one line. A build that has it
+  registers it here (``register``), so the flag's choices stay one list.
 
 Each method prepares the command line's model options before the models load; the
 bench itself (``bench.py``) then runs as always.
@@ -59,7 +61,7 @@ def add_arguments(bench: argparse.ArgumentParser) -> None:
     from app.arg_types import whole
     from app.engine.self_draft import DEFAULT_VARIANT, SMALL_TARGET_VARIANT
 
-    bench.add_argument("--method", choices=names(), default="chain",
+    bench.add_argument("--method", choices=names(), default="auto",
                        help="how to speculate: " + "; ".join(f"{m.name}: {m.about}" for m in _METHODS.values())
                             + " (default: %(default)s)")
     bench.add_argument("--self-variant", default=None, metavar="TYPE",
@@ -73,7 +75,13 @@ def add_arguments(bench: argparse.ArgumentParser) -> None:
 
 
 def _chain(args: argparse.Namespace, progress: Callable) -> str:
+    args.tree = "off"
     return "chain: the draft model, straight drafts"
+
+
+def _tree(args: argparse.Namespace, progress: Callable) -> str:
+    args.tree = "on"
+    return "tree: the draft model, second candidates where it is unsure and forked copies (SpecConfig.tree on)"
 
 
 def _target(args: argparse.Namespace):
@@ -120,7 +128,7 @@ def _auto(args: argparse.Namespace, progress: Callable) -> str:
 
 
 register("chain", "a draft model, straight drafts", _chain)
-register("tree", "token trees verified in one batch", None)
+register("tree", "token trees verified in one batch", _tree)
 register("lookahead", "the target's own n-gram pool, no draft", None)
 register("self", "a draft made from the target (tandem make-draft)", _self)
 register("auto", "what the app would use for this target", _auto)

@@ -175,3 +175,10 @@ def test_each_setting_keeps_its_own_policy():
     policies = {id(spec): policy for spec, policy in engine.handed}
     assert isinstance(policies[id(settings["auto"])], AutoDraftLength)
     assert isinstance(policies[id(settings["4"])], FixedDraftLength) and policies[id(settings["4"])].length == 4
+
+
+def test_bench_specs_run_lines_and_trees_side_by_side():
+    specs = bench_specs(["auto"], "on", ["off", "on"])
+    assert list(specs) == ["auto", "auto tree=on"]
+    assert specs["auto"].tree == "off" and specs["auto tree=on"].tree == "on"
+    assert bench_specs([8])["8"].tree == "auto"  # as in the app

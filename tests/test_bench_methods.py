@@ -26,7 +26,18 @@ def test_every_method_is_a_choice():
     assert names() == ["chain", "tree", "lookahead", "self", "auto"]
 
 
-@pytest.mark.parametrize("method", ["tree", "lookahead"])
+def test_chain_and_tree_set_the_trees_the_bench_runs(demo_models, tmp_path):
+    prompts = tmp_path / "one.jsonl"
+    prompts.write_text(json.dumps({"prompt": "Name three colours."}) + "\n")
+    for method, tree in (("chain", "off"), ("tree", "on")):
+        result = bench(tmp_path / "home", "--method", method, "--prompts", str(prompts), "--max-tokens", "6",
+                       "--draft-max", "3", "--repeat", "1", "--json")
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["method"] == method and f"method {method}:" in result.stderr
+        assert f"SpecConfig.tree {tree}" in result.stderr or (method == "chain" and "straight drafts" in result.stderr)
+
+
+@pytest.mark.parametrize("method", ["lookahead"])
 def test_a_method_not_in_this_build_says_so_in_one_line(tmp_path, method):
     result = bench(tmp_path / "home", "--method", method, "--limit", "1", "--max-tokens", "4")
     assert result.returncode == 1 and "Traceback" not in result.stderr

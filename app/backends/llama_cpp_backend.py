@@ -2,7 +2,8 @@
 
 One ``LlamaBackend`` = one model + one context + one sequence. Logits are
 requested only at the positions the engine asks for (never ``logits_all``), and
-rollback is ``llama_memory_seq_rm``.
+rollback is ``llama_memory_seq_rm``. A token tree (``evaluate_tree``) is the one
+time the context holds several sequences, one per leaf, for the length of a round.
 """
 
 from __future__ import annotations
@@ -29,6 +30,12 @@ FTYPES = {"F32": ll.LLAMA_FTYPE_ALL_F32, "F16": ll.LLAMA_FTYPE_MOSTLY_F16,
           "Q4_1": ll.LLAMA_FTYPE_MOSTLY_Q4_1, "Q4_K_M": ll.LLAMA_FTYPE_MOSTLY_Q4_K_M,
           "Q2_K": ll.LLAMA_FTYPE_MOSTLY_Q2_K, "IQ4_NL": ll.LLAMA_FTYPE_MOSTLY_IQ4_NL,
           "IQ4_XS": ll.LLAMA_FTYPE_MOSTLY_IQ4_XS, "IQ3_S": ll.LLAMA_FTYPE_MOSTLY_IQ3_S}
+# Sequences a context holds: one per leaf of a token tree. A unified KV cache keeps the
+# cells of every sequence in one buffer, so the shared prefix is stored once (a
+# sequence copy only tags cells) and a single sequence runs exactly as with one.
+# TANDEM_TREE_BRANCHES=1 makes single-sequence contexts as before trees (no trees then), to
+# measure the two against each other.
+TREE_BRANCHES = max(1, int(os.environ.get("TANDEM_TREE_BRANCHES", "8") or 8))
 _LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
 
 
@@ -112,7 +119,8 @@ class LlamaBackend:
         cparams = ll.llama_context_default_params()
         cparams.n_ctx = n_ctx
         cparams.n_batch = cparams.n_ubatch = min(n_ctx, 512)
-        cparams.n_seq_max = 1
+        cparams.n_seq_max = TREE_BRANCHES
+        cparams.kv_unified = TREE_BRANCHES > 1  # coupled sequences (a tree) need it: no sequential split
         cparams.n_threads = cparams.n_threads_batch = threads
         cparams.no_perf = True
         float_weights = self._meta("general.file_type") in _FLOAT_FILE_TYPES
@@ -130,7 +138,9 @@ class LlamaBackend:
         self.adaptive_threads = n_threads == 0
         self.n_batch = cparams.n_batch
         self._memory = ll.llama_get_memory(self._ctx)
-        self._batch = ll.llama_batch_init(self.n_batch, 0, 1)
+        self._batch = ll.llama_batch_init(self.n_batch, 0, TREE_BRANCHES)
+        self.tree_branches = TREE_BRANCHES
+        self._tree: list[int] | None = None  # a tree evaluated and not yet kept: its tokens
 
         self.bos_id = ll.llama_vocab_bos(self._vocab)
         self.eos_id = ll.llama_vocab_eos(self._vocab)
@@ -142,6 +152,7 @@ class LlamaBackend:
         self.architecture = self._meta("general.architecture") or ""
         self.tokenizer_pre = self._meta("tokenizer.ggml.pre") or ""
         self._tokens: list[int] = []
+        self._lag = 0  # of those, the last ones not in the cache yet (a tree's kept branch)
         self._piece_cache: dict[int, bytes] = {}
 
     # -- protocol ------------------------------------------------------------
@@ -181,11 +192,24 @@ class LlamaBackend:
 
     def evaluate(self, tokens: Sequence[int], logits_at: Sequence[int]) -> np.ndarray:
         tokens = list(tokens)
-        wanted = set(logits_at)
         if len(self._tokens) + len(tokens) > self.n_ctx:
             raise ContextOverflowError(
                 f"The conversation needs {len(self._tokens) + len(tokens)} tokens but the context "
                 f"holds {self.n_ctx}; start a new chat or raise the context size.")
+        wanted = set(logits_at)
+        if self._lag:  # a tree's kept branch goes into the cache first (see keep_branch)
+            head, cached = self._tokens[-self._lag:], len(self._tokens) - self._lag
+            del self._tokens[cached:]
+            self._lag = 0
+            tokens, wanted = head + tokens, {len(head) + i for i in wanted}
+            try:
+                return self._evaluate(tokens, wanted)
+            except BaseException:
+                self.trim(cached)  # what the cache holds; the reply that failed ends anyway
+                raise
+        return self._evaluate(tokens, wanted)
+
+    def _evaluate(self, tokens: list[int], wanted: set[int]) -> np.ndarray:
         rows = np.empty((len(wanted), self.n_vocab), dtype=np.float32)
         row = 0
         for start in range(0, len(tokens), self.n_batch):
@@ -201,9 +225,82 @@ class LlamaBackend:
         return rows
 
     def trim(self, n_keep: int) -> None:
+        if self._tree is not None:  # a tree left unkept (an error before acceptance): drop all of it
+            self._tree = None
+            ll.llama_memory_seq_keep(self._memory, 0)
+            ll.llama_memory_seq_rm(self._memory, 0, len(self._tokens) - self._lag, -1)
         if n_keep < len(self._tokens):
-            ll.llama_memory_seq_rm(self._memory, 0, n_keep, -1)
+            cached = len(self._tokens) - self._lag
+            if n_keep < cached:
+                ll.llama_memory_seq_rm(self._memory, 0, n_keep, -1)
+            self._lag = max(0, n_keep - cached)
             del self._tokens[n_keep:]
+
+    def evaluate_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+        tokens, parents = [int(t) for t in tokens], [int(p) for p in parents]
+        if self._tree is not None:
+            raise BackendError("a token tree was evaluated and not kept")
+        n = len(tokens)
+        if n == 0 or len(parents) != n or parents[0] != -1 or any(not 0 <= p < i for i, p in enumerate(parents) if i):
+            raise ValueError("a token tree needs a root (parent -1) and every parent before its child")
+        if n > self.n_batch:
+            raise ValueError(f"a token tree of {n} tokens does not fit a batch of {self.n_batch}")
+        if len(self._tokens) + n > self.n_ctx:
+            raise ContextOverflowError(
+                f"The conversation needs {len(self._tokens) + n} tokens but the context "
+                f"holds {self.n_ctx}; start a new chat or raise the context size.")
+        seqs = _leaf_sequences(parents)
+        branches = max(max(s) for s in seqs) + 1
+        if branches > self.tree_branches:
+            raise ValueError(f"a token tree of {branches} branches, the context holds {self.tree_branches}")
+        if self._lag + n > self.n_batch:
+            self.evaluate([], [])  # the kept branch of the last tree into the cache on its own
+        depth = [0] * n
+        for i in range(1, n):
+            depth[i] = depth[parents[i]] + 1
+        for seq in range(1, branches):  # every branch starts from the cached sequence
+            ll.llama_memory_seq_cp(self._memory, 0, seq, -1, -1)
+        # A kept branch not yet cached comes first, on every branch (see keep_branch).
+        lag, batch = self._lag, self._batch
+        head = self._tokens[len(self._tokens) - lag:]
+        every = seqs[0]
+        base = len(self._tokens) - lag
+        for i, token in enumerate(head + tokens):
+            node = i - lag
+            batch.token[i] = token
+            batch.pos[i] = base + i if node < 0 else base + lag + depth[node]
+            on = every if node < 0 else seqs[node]
+            batch.n_seq_id[i] = len(on)
+            for k, seq in enumerate(on):
+                batch.seq_id[i][k] = seq
+            batch.logits[i] = node >= 0
+        batch.n_tokens = lag + n
+        status = ll.llama_decode(self._ctx, batch)
+        if status != 0:
+            ll.llama_memory_seq_keep(self._memory, 0)
+            raise BackendError(f"llama.cpp failed to evaluate a token tree (code {status}: {_last_error()})")
+        self._lag = 0
+        rows = np.array(np.ctypeslib.as_array(ll.llama_get_logits(self._ctx), shape=(n, self.n_vocab)))
+        self._tree = tokens
+        return rows
+
+    def keep_branch(self, nodes: Sequence[int]) -> None:
+        if self._tree is None:
+            raise BackendError("no token tree to keep a branch of")
+        tokens, self._tree = self._tree, None
+        # The batch's cells are in batch order, and the nodes reached by first children
+        # from the root come first, all on sequence 0. Of the kept path, that stretch
+        # stays in the cache as it is. The rest of it (a second candidate, the nodes
+        # after it) sits in cells after the first chain's: attention would sum over
+        # the cache out of position order, which changes a quantised model's logits
+        # (by up to ~0.9 on the demo's Q4_1) and so its near-ties. So it leaves the
+        # cache and goes back in, in order, at the head of the next batch (``_lag``):
+        # a few more tokens in a batch, not another llama.cpp call.
+        contiguous = next((i for i, node in enumerate(nodes) if node != i), len(nodes))
+        ll.llama_memory_seq_keep(self._memory, 0)
+        ll.llama_memory_seq_rm(self._memory, 0, len(self._tokens) + contiguous, -1)
+        self._tokens.extend(tokens[i] for i in nodes)
+        self._lag = len(nodes) - contiguous
 
     def set_threads(self, n: int) -> None:
         """Run the next steps with ``n`` threads (single tokens and batches alike); takes
@@ -347,6 +444,29 @@ def render_chat_format(name: str, messages: Sequence[dict], add_generation_promp
             return text.replace(nul, "\0") if nul else text
         size = n + 1
     raise ChatTemplateError(f"llama.cpp's '{name}' format could not be rendered")
+
+
+def _leaf_sequences(parents: list[int]) -> list[list[int]]:
+    """Per node, the sequences it belongs to: one per leaf below it. The leaf reached by
+    first children from the root is sequence 0, so a tree that is a chain is one sequence."""
+    n = len(parents)
+    has_child = [False] * n
+    for p in parents[1:]:
+        has_child[p] = True
+    first_leaf = 0
+    while True:
+        child = next((i for i in range(first_leaf + 1, n) if parents[i] == first_leaf), None)
+        if child is None:
+            break
+        first_leaf = child
+    leaves = [first_leaf] + [i for i in range(n) if not has_child[i] and i != first_leaf]
+    seqs: list[list[int]] = [[] for _ in range(n)]
+    for seq, leaf in enumerate(leaves):
+        node = leaf
+        while node >= 0:
+            seqs[node].append(seq)
+            node = parents[node]
+    return seqs
 
 
 # general.file_type of unquantised models: F32, F16, BF16.

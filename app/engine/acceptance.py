@@ -79,14 +79,15 @@ class PositionAcceptance:
 class ConfidenceAcceptance:
     """Acceptance per confidence band, as decayed counts (accepted, judged)."""
 
-    def __init__(self) -> None:
+    def __init__(self, prior: float = PRIOR_ACCEPT) -> None:
+        self._prior = prior
         self._accepted = [0.0] * (len(CONFIDENCE_BANDS) + 1)
         self._judged = [0.0] * (len(CONFIDENCE_BANDS) + 1)
 
     @property
     def rates(self) -> list[float]:
         """Acceptance per confidence band (``CONFIDENCE_BANDS``, then up to 1)."""
-        return [(accepted + _BAND_PRIOR * PRIOR_ACCEPT) / (judged + _BAND_PRIOR)
+        return [(accepted + _BAND_PRIOR * self._prior) / (judged + _BAND_PRIOR)
                 for accepted, judged in zip(self._accepted, self._judged)]
 
     def observe(self, prob: float, accepted: bool) -> None:

@@ -47,6 +47,24 @@ class ModelBackend(Protocol):
     def close(self) -> None: ...
 
 
+class TreeBackend(ModelBackend, Protocol):
+    """A backend that verifies a token tree in one batch (optional: the engine makes
+    tree rounds only on backends that have this; app/engine/token_tree.py)."""
+
+    tree_branches: int  # the most leaves a tree may have (llama.cpp: sequences in the context)
+
+    def evaluate_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+        """Evaluate a tree after the cached tokens in one batch: node 0 (``parents[0]``
+        is -1) follows the cache, node i follows node ``parents[i]`` (an earlier node).
+        Returns float32 logits of shape (len(tokens), n_vocab), row i after the path
+        to node i. ``tokens`` is unchanged until ``keep_branch``, which must come next."""
+
+    def keep_branch(self, nodes: Sequence[int]) -> None:
+        """Keep the path ``nodes`` (node 0, a child of it, a child of that ...) of the
+        tree just evaluated as the cache's continuation, and drop every other node:
+        the cache holds one sequence again."""
+
+
 class ThreadedBackend(ModelBackend, Protocol):
     """A backend on CPU threads whose count can change between steps (optional: the
     engine adapts threads only on backends that have this; app/engine/thread_policy.py)."""

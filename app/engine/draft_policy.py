@@ -17,6 +17,11 @@ another draft step. A run of sure tokens then drafts further than an average
 draft would be worth; an unsure token ends the draft where a rejection is likely.
 Drafts below the learned ``p_min`` are not proposed at all.
 
+Token trees (``tree_policy.py``): with ``SpecConfig.tree`` "auto" the same closures
+decide, token by token, where a second candidate beside a draft token pays for its
+place in the batch, and whether a second copy does; "on" branches wherever the draft
+is unsure, "off" never. A fixed length never branches unless told to.
+
 Costs are noisy, so speculation is switched off only after the model has said
 "plain is faster" several rounds in a row; switching it back on is immediate. Where
 plain is clearly faster (``CLEAR_LEAD``: by a tenth or more), that verdict may come
@@ -37,6 +42,8 @@ from typing import Callable, NamedTuple, Protocol, Sequence
 from app.engine.acceptance import CONFIDENCE_BANDS, ConfidenceAcceptance, PositionAcceptance, band_of
 from app.engine.draft_costs import RoundCosts
 from app.engine.drafters import Draft
+from app.engine.token_tree import TokenTree
+from app.engine.tree_policy import BRANCH_BELOW, BranchPolicy
 from app.engine.types import SpecConfig
 
 AUTO_MAX = 12          # longest draft auto will try
@@ -48,6 +55,7 @@ CLEAR_LEAD = 1.10      # plain's expected speed over the best draft's that is a 
 CLEAR_WARMUP_ROUNDS = WARMUP_ROUNDS // 2  # ... may be reached after this many judged rounds
 _FIRST_LENGTH = 4      # what to draft before anything is measured, and when probing
 _PLATEAU = 0.01        # lengths within this fraction of the best expected speed count as equally good
+TREE_SECONDS = 3       # most second candidates a round's tree has (branches: one more)
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,10 @@ class RoundPlan:
     length: int
     p_min: float = 0.0
     go_on: Callable[[float], bool] | None = None
+    # Token trees: ``branch(a draft token's probability)`` true keeps a second
+    # candidate beside it; ``fork_copies``: a copy may bring a second, differing copy.
+    branch: Callable[[float], bool] | None = None
+    fork_copies: bool = False
 
 
 class DraftPolicy(Protocol):
@@ -79,14 +91,24 @@ class DraftPolicy(Protocol):
     def observe_overhead(self, seconds: float) -> None:
         """What a drafting round cost beyond its draft steps and its verification."""
 
+    def observe_tree(self, tree: TokenTree, path: list[int], kinds: dict[int, str], overhead: float) -> None:
+        """A tree round (after ``observe_round`` of its first chain): the path the target
+        kept, the nodes that start a branch ("second" or "fork"), and what the round cost
+        beyond its draft steps and its batch. Called only where a plan asked for branches."""
+
 
 class FixedDraftLength:
-    """Always ``length`` tokens (or what room is left); measures nothing."""
+    """Always ``length`` tokens (or what room is left); measures nothing. With
+    ``trees`` ("on"), branches wherever the draft is unsure and forks every copy."""
 
-    def __init__(self, length: int) -> None:
+    def __init__(self, length: int, trees: str = "off") -> None:
         self.length = length
+        self.trees = trees
 
     def plan_round(self, limit: int) -> RoundPlan:
+        if self.trees == "on":
+            return RoundPlan(max(0, min(self.length, limit)), branch=lambda prob: prob < BRANCH_BELOW,
+                             fork_copies=True)
         return RoundPlan(max(0, min(self.length, limit)))
 
     def observe_draft(self, step_seconds: Sequence[float]) -> None:
@@ -101,17 +123,24 @@ class FixedDraftLength:
     def observe_overhead(self, seconds: float) -> None:
         pass
 
+    def observe_tree(self, tree: TokenTree, path: list[int], kinds: dict[int, str], overhead: float) -> None:
+        pass
+
 
 class BestDraft(NamedTuple):
     length: int                 # the most tokens worth drafting; 0 when plain decoding is faster
     reach_floor: float | None   # see AutoDraftLength._go_on; None: no cut yet
     plain_lead: float = 0.0     # plain's expected speed / the best draft's (> 1: plain is faster)
+    speed: float = 0.0          # the best expected tokens per second (0: nothing measured)
+    slope: float = 0.0          # seconds one more verified token costs
 
 
 class AutoDraftLength:
     """Measures costs and acceptance as it runs, and drafts what they say pays."""
 
-    def __init__(self) -> None:
+    def __init__(self, trees: str = "auto") -> None:
+        self.trees = trees                             # SpecConfig.tree: "auto", "on" or "off"
+        self.branches = BranchPolicy()
         self.costs = RoundCosts()
         self.positions = PositionAcceptance(AUTO_MAX)
         self.confidence = ConfidenceAcceptance()
@@ -125,7 +154,8 @@ class AutoDraftLength:
     def plan_round(self, limit: int) -> RoundPlan:
         """This round's plan; counts the round, votes on plain vs speculative and probes."""
         self._rounds += 1
-        k, floor, _lead = self.best_draft()
+        best = self.best_draft()
+        k = best.length
         if k:
             self._plain_votes, self._off = 0, False
             self._last_length = k
@@ -135,17 +165,26 @@ class AutoDraftLength:
         if self._off:
             self._since_probe += 1
             if self._since_probe < PROBE_EVERY:
-                return self._plan(0, floor)
+                return self._plan(0, best)
             self._since_probe = 0
             k = self._last_length
         elif k == 0:
             k = self._last_length  # not convinced yet: keep drafting
         elif self._rounds % EXPLORE_EVERY == 0:
             k += 1 if (self._rounds // EXPLORE_EVERY) % 2 else -1
-        return self._plan(max(0, min(k, limit)), floor)
+        return self._plan(max(0, min(k, limit)), best)
 
-    def _plan(self, length: int, reach_floor: float | None) -> RoundPlan:
-        return RoundPlan(length, self.p_min, None if reach_floor is None else self._go_on(reach_floor))
+    def _plan(self, length: int, best: BestDraft) -> RoundPlan:
+        if self.trees == "off" or (self.trees == "auto" and not best.speed):
+            return RoundPlan(length, self.p_min, None if best.reach_floor is None else self._go_on(best.reach_floor))
+        if self.trees == "on":
+            go_on = None if best.reach_floor is None else self._go_on(best.reach_floor)
+            return RoundPlan(length, self.p_min, go_on, lambda prob: prob < BRANCH_BELOW, fork_copies=True)
+        extra = max(0.0, (self.branches.tree_overhead.value or 0.0) - self.costs.overhead)
+        go_on = None if best.reach_floor is None else self._go_on(best.reach_floor)
+        return RoundPlan(length, self.p_min, go_on,
+                         self.branches.brancher(self.confidence.rates, best.speed, best.slope, extra, TREE_SECONDS),
+                         self.branches.fork_pays(best.speed, best.slope))
 
     @property
     def p_min(self) -> float:
@@ -200,13 +239,15 @@ class AutoDraftLength:
         if judged < WARMUP_ROUNDS and not (judged >= CLEAR_WARMUP_ROUNDS and lead >= CLEAR_LEAD):
             rates[0] = 0.0  # too few rounds to conclude that plain decoding is faster
         best = max(rates)
+        # One more verified token: what costs[2] - costs[1] is, less its draft step.
+        slope = max(costs[2] - costs[1] - (self.costs.draft_step or self.costs.first_step or 0.0), 1e-6)
         if rates[0] == best:
-            return BestDraft(0, None, lead)
+            return BestDraft(0, None, lead, best, slope)
         length = next(k for k in range(1, len(rates)) if rates[k] >= best * (1 - _PLATEAU))
         sure = _expected_rates([self.confidence.rates[-1]] * AUTO_MAX, costs)
         ceiling = sure.index(max(sure[1:]))
         one_more_token = costs[2] - costs[1]  # a draft step and one more verified token
-        return BestDraft(max(length, ceiling), best * one_more_token, lead)
+        return BestDraft(max(length, ceiling), best * one_more_token, lead, best, slope)
 
     # -- learning -----------------------------------------------------------
     def observe_draft(self, step_seconds: Sequence[float]) -> None:
@@ -220,6 +261,8 @@ class AutoDraftLength:
 
     def observe_round(self, draft: Draft, n_accepted: int, token: int, greedy: bool) -> None:
         self.positions.observe(len(draft), n_accepted)
+        if greedy and self.trees == "auto" and n_accepted not in draft.alternatives:
+            self.branches.observe_chain(draft, n_accepted, token)  # a tree round judges its own
         # How often drafts of each confidence are accepted: every judged token ...
         for i, prob in enumerate(draft.probs[:n_accepted + 1]):
             self.confidence.observe(prob, i < n_accepted)
@@ -230,9 +273,17 @@ class AutoDraftLength:
             self.confidence.observe(prob, token == dropped)
 
 
+    def observe_tree(self, tree: TokenTree, path: list[int], kinds: dict[int, str], overhead: float) -> None:
+        self.branches.observe_tree(tree, path, kinds)
+        self.branches.tree_overhead.add(max(overhead, 0.0))
+
+
 def draft_policy(spec: SpecConfig) -> DraftPolicy:
-    """A fresh policy for ``spec.draft_max``: a fixed length, or auto."""
-    return AutoDraftLength() if spec.draft_max == "auto" else FixedDraftLength(int(spec.draft_max))
+    """A fresh policy for ``spec.draft_max``: a fixed length, or auto (``spec.tree`` says
+    whether either branches)."""
+    if spec.draft_max == "auto":
+        return AutoDraftLength(spec.tree)
+    return FixedDraftLength(int(spec.draft_max), "on" if spec.tree == "on" else "off")
 
 
 def _expected_rates(accept: Sequence[float], costs: Sequence[float]) -> list[float]:

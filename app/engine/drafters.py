@@ -41,6 +41,15 @@ class Draft:
     # The token whose probability fell under p_min and ended the draft, and that
     # probability: the target's next token says whether cutting there was right.
     dropped: tuple[int, float] | None = None
+    # Token trees (``token_tree.py``): per position where the drafter was asked to
+    # branch, a second candidate there (token, the drafter's probability of it, and
+    # sampled: the distribution it was drawn from, q without the first candidate).
+    alternatives: dict[int, tuple[int, float, np.ndarray | None]] = field(default_factory=dict)
+    # Greedy: the logits each token was chosen from (references, no copies), so that a
+    # rejection can say afterwards whether the runner-up was the target's token.
+    logits: list[np.ndarray] = field(default_factory=list)
+    # A copy: what another place to copy from says instead, where it disagrees.
+    other_copies: list[list[int]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -89,7 +98,11 @@ class ModelDrafter:
 
     def propose(self, context: Sequence[int], n_max: int, sampling: SamplingConfig,
                 rng: np.random.Generator, p_min: float,
-                go_on: Callable[[float], bool] | None = None, constraint: Constraint | None = None) -> Draft:
+                go_on: Callable[[float], bool] | None = None, constraint: Constraint | None = None,
+                branch: Callable[[float], bool] | None = None) -> Draft:
+        """As ``Drafter.propose``; under ``constraint`` the draft model drafts with its own
+        fork of it; where ``branch(a token's probability)`` says so, a second candidate is
+        kept beside it (``Draft.alternatives``)."""
         draft = Draft()
         n_max = min(n_max, self.model.n_ctx - len(context))
         if n_max <= 0:
@@ -97,7 +110,7 @@ class ModelDrafter:
         pending = self._sync(context)
         state = constraint.fork() if constraint is not None else None
         try:
-            self._draft(draft, pending, n_max, sampling, rng, p_min, go_on, state)
+            self._draft(draft, pending, n_max, sampling, rng, p_min, go_on, state, branch)
         finally:
             if state is not None:
                 state.close()
@@ -105,7 +118,7 @@ class ModelDrafter:
 
     def _draft(self, draft: Draft, pending: list[int], n_max: int, sampling: SamplingConfig,
                rng: np.random.Generator, p_min: float, go_on: Callable[[float], bool] | None,
-               state: Constraint | None) -> None:
+               state: Constraint | None, branch: Callable[[float], bool] | None = None) -> None:
         for _ in range(n_max):
             cpu, started = time.process_time(), time.perf_counter()
             logits = self._fit_vocab(self.model.evaluate(pending, [len(pending) - 1])[0],
@@ -126,10 +139,16 @@ class ModelDrafter:
             if prob < p_min:
                 draft.dropped = (token, prob)
                 break
+            if branch is not None and token not in self._eog_set and branch(prob):
+                alternative = self._second(logits, token, q, rng)
+                if alternative is not None:
+                    draft.alternatives[len(draft.tokens)] = alternative
             draft.tokens.append(token)
             draft.probs.append(prob)
             if q is not None:
                 draft.q.append(q)
+            else:
+                draft.logits.append(logits)
             if token in self._eog_set or (go_on is not None and not go_on(prob)):
                 break
             if state is not None:
@@ -160,6 +179,23 @@ class ModelDrafter:
         q = warp(logits, sampling) if state is None else constrained_dist(logits, sampling, state)
         token = sample(q, rng)
         return token, float(q[token]), q
+
+    def _second(self, logits: np.ndarray, first: int, q: np.ndarray | None,
+                rng: np.random.Generator) -> tuple[int, float, np.ndarray | None] | None:
+        """A second candidate beside ``first``: greedy, the runner-up; sampled, a draw
+        from q without ``first`` (without replacement), with that distribution."""
+        if q is None:
+            token = runner_up(logits, first)
+            if token is None:
+                return None
+            return token, float(1.0 / np.exp(logits - logits[token]).sum()), None
+        rest = np.array(q, dtype=np.float64, copy=True)
+        rest[first] = 0.0
+        if not rest.sum() > 1e-10:
+            return None
+        rest /= rest.sum()
+        token = sample(rest, rng)  # kept whatever it is: q given the first is exactly ``rest``
+        return token, float(q[token]), rest
 
     def _fit_vocab(self, logits: np.ndarray, ignore_eos: bool) -> np.ndarray:
         """Draft logits over the target's vocabulary (sizes may differ by up to 128)."""
@@ -227,13 +263,24 @@ class LookupDrafter:
                     found = (context, start)
                     break
         reach = _reach(*found, context) if found else 0
+        other: tuple[Sequence[int], int] | None = None
         if sources is not None:
             elsewhere = sources.find(context)
             if elsewhere is not None and (further := _reach(*elsewhere, context)) > reach:
+                other, other_reach = found, reach
                 found, reach = elsewhere, further
+            elif elsewhere is not None:
+                other, other_reach = elsewhere, _reach(*elsewhere, context)
         if not found:
             return self._draft([], sampling, started)
-        return self._draft(self._copy(*found, max(n_max, min(stretch_to, reach // 2))), sampling, started)
+        draft = self._draft(self._copy(*found, max(n_max, min(stretch_to, reach // 2))), sampling, started)
+        if other is not None:
+            # The other place to copy from, where it says something else: a token tree
+            # can verify both (the engine decides whether it does).
+            copied = self._copy(*other, max(n_max, min(stretch_to, other_reach // 2)))
+            if copied and copied[:len(draft.tokens)] != draft.tokens[:len(copied)]:
+                draft.other_copies.append(copied)
+        return draft
 
     def _draft(self, tokens: list[int], sampling: SamplingConfig, started: float) -> Draft:
         draft = Draft(tokens=tokens, probs=[1.0] * len(tokens))
@@ -379,6 +426,17 @@ def constrained_draft(draft: Draft, constraint: Constraint) -> Draft:
         return draft
     n = len(kept)
     return dataclasses.replace(draft, tokens=kept, q=draft.q[:n], probs=draft.probs[:n], dropped=None)
+
+
+def runner_up(logits: np.ndarray, first: int) -> int | None:
+    """The best token but ``first`` (None when nothing else is possible)."""
+    kept = logits[first]
+    logits[first] = -np.inf
+    try:
+        token = int(np.argmax(logits))
+        return token if np.isfinite(logits[token]) else None
+    finally:
+        logits[first] = kept
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

@@ -34,6 +34,12 @@ Draft lengths (``draft_policy.py``): a reply is handed one policy, a fixed lengt
 or auto, which plans each round and learns from what it cost and what was kept.
 Copies teach it nothing: they say nothing about the draft model's guesses.
 
+Token trees (``tree_round.py``): where the plan asks for branches and the target
+verifies trees, the round's guess may be a tree (a second candidate beside an unsure
+draft token, a second copy that disagrees), verified in one batch and accepted by
+recursive rejection over siblings; the backend keeps the accepted path, so the
+invariants below hold for trees as for lines.
+
 Threads (``thread_policy.py``): where the user left the thread count to the engine,
 the step costs measured for the draft policy also choose each model's thread count,
 fewer while another program keeps a core busy; only how fast a step runs changes.
@@ -61,6 +67,7 @@ from app.engine.drafters import CopySources, Draft, Drafter, LookupDrafter, comm
 from app.engine.errors import ContextOverflowError
 from app.engine.thread_policy import threads_for
 from app.engine.target_rows import TargetRows
+from app.engine.tree_round import branch_for, grow_tree
 from app.engine.types import (SPECULATION_OFF, DrafterKind, SamplingConfig, SpecConfig, Stats, StopReason,
                               TokenEvent, TokenKind)
 
@@ -138,7 +145,10 @@ class SpeculativeEngine:
     def policy_for(self, spec: SpecConfig) -> DraftPolicy:
         """The policy ``spec.draft_max`` names: that fixed length, or this engine's auto
         policy, which keeps what it measured of the pair from one reply to the next."""
-        return self._auto if spec.draft_max == "auto" else FixedDraftLength(int(spec.draft_max))
+        if spec.draft_max == "auto":
+            self._auto.trees = spec.tree
+            return self._auto
+        return FixedDraftLength(int(spec.draft_max), "on" if spec.tree == "on" else "off")
 
     def _run(self, committed: list[int], sampling: SamplingConfig, spec: SpecConfig | None,
              policy: DraftPolicy, max_tokens: int, cancel: threading.Event, detok: StreamingDetokenizer,
@@ -181,7 +191,8 @@ class SpeculativeEngine:
                             # Under a constraint the draft model drafts with its own fork of it.
                             draft = self.drafter.propose(committed, plan.length, sampling, rng,
                                                          max(spec.p_min, plan.p_min), plan.go_on,
-                                                         **({"constraint": constraint} if constraint else {}))
+                                                         **({"constraint": constraint} if constraint else
+                                                            branch_for(self.drafter, target, plan.branch)))
                             policy.observe_draft(draft.step_seconds)
                             self.threads.observe_draft(draft.step_seconds, draft.step_cpu_seconds)
                         if constraint is not None:
@@ -189,24 +200,42 @@ class SpeculativeEngine:
                         if len(draft) < spec.draft_min:
                             draft, copied = Draft(), False
 
-                # 2. Verify: one target batch, logits at the k+1 positions only.
+                # 2. Verify: one target batch, logits at the k+1 positions only (a tree: its nodes).
+                # Trees only where nothing but the acceptance rule judges a token (no grammar, no
+                # logprobs: those follow one line of rows).
+                shape = (grow_tree(committed[-1], draft, copied, plan.fork_copies, target)
+                         if spec and constraint is None and logprobs is None else None)
                 batch = [committed[-1], *draft.tokens]
                 cpu, t = time.process_time(), time.perf_counter()
-                rows = target.evaluate(batch, range(len(batch)))
+                rows = (target.evaluate(batch, range(len(batch))) if shape is None
+                        else target.evaluate_tree(shape.tree.tokens, shape.tree.parents))
                 elapsed = time.perf_counter() - t
                 stats.target_seconds += elapsed
-                policy.observe_verify(len(batch), elapsed)
-                self.threads.observe_verify(len(batch), elapsed, time.process_time() - cpu)
-                if len(batch) == 1:
+                size = len(rows)  # a tree of n tokens costs as a line of n does
+                policy.observe_verify(size, elapsed)
+                self.threads.observe_verify(size, elapsed, time.process_time() - cpu)
+                if size == 1:
                     self._plain_steps.add(elapsed)
                 else:
-                    batch_steps.setdefault(len(batch), RecentCost()).add(elapsed)
+                    batch_steps.setdefault(size, RecentCost()).add(elapsed)
                 if masked is not None:
                     rows[:, masked] = -np.inf
 
-                # 3. Accept (under the constraint, which advances along what is emitted).
-                choice = TargetRows(rows, draft.tokens, draft.q, sampling, constraint, logprobs)
-                n_accepted, token = choice.accept(rng)
+                # 3. Accept (under a constraint, which advances along what is emitted).
+                drafted, judged = len(draft), draft
+                if shape is None:
+                    choice = TargetRows(rows, draft.tokens, draft.q, sampling, constraint, logprobs)
+                    n_accepted, token = choice.accept(rng)
+                    judged_accepted = n_accepted
+                else:  # the kept path as a line; the backend keeps only it
+                    path, token = shape.accept(rows, sampling, rng)
+                    target.keep_branch(path)
+                    judged, judged_accepted = shape.main, shape.main_accepted(path)
+                    draft, n_accepted = shape.as_line(path)
+                    drafted = len(shape.tree) - 1
+                    stats.tree_rounds += 1
+                    stats.branch_tokens += n_accepted - judged_accepted
+                    choice = _NO_ROWS
                 assert 0 <= n_accepted <= len(draft), "accepted more than was drafted"
                 new_tokens = [*draft.tokens[:n_accepted], token]
 
@@ -216,7 +245,7 @@ class SpeculativeEngine:
                 assert len(target.tokens) == len(committed) - 1
 
                 stats.rounds += 1
-                stats.drafted += len(draft)
+                stats.drafted += drafted
                 stats.accepted += n_accepted
                 stats.rejections += n_accepted < len(draft)
                 for i in range(len(draft)):
@@ -224,13 +253,16 @@ class SpeculativeEngine:
                 if copied:
                     # A copy says nothing about the draft model's guesses: keep it out of
                     # what the policy learns of them.
-                    stats.copied += len(draft)
+                    stats.copied += drafted
                     stats.copied_accepted += n_accepted
                 else:
-                    policy.observe_round(draft, n_accepted, token, sampling.greedy)
-                    if draft.tokens:
+                    policy.observe_round(judged, judged_accepted, token, sampling.greedy)
+                    if draft.tokens and shape is None:
                         policy.observe_overhead(time.perf_counter() - round_started - elapsed
                                                      - sum(draft.step_seconds) - draft.catchup_seconds)
+                if shape is not None:
+                    policy.observe_tree(shape.tree, path, shape.kinds, time.perf_counter() - round_started - elapsed
+                                        - sum(judged.step_seconds) - judged.catchup_seconds)
 
                 for event in self._events(draft, n_accepted, token, detok, choice):
                     if event.id in target.eog_ids and masked is None:
@@ -279,7 +311,7 @@ class SpeculativeEngine:
             self.drafter.prepare(committed)
 
     def _events(self, draft: Draft, n_accepted: int, token: int,
-                detok: StreamingDetokenizer, choice: TargetRows) -> Iterator[TokenEvent]:
+                detok: StreamingDetokenizer, choice: TargetRows | _NoRows) -> Iterator[TokenEvent]:
         for i, d in enumerate(draft.tokens[:n_accepted]):
             yield TokenEvent(d, detok.push(d), TokenKind.ACCEPTED, logprobs=choice.logprobs(i, d))
         last = choice.logprobs(n_accepted, token)
@@ -292,6 +324,17 @@ class SpeculativeEngine:
             yield TokenEvent(token, detok.push(token), TokenKind.CORRECTED, draft_id=rejected,
                              draft_text=token_display_text(self.target.token_bytes(rejected)),
                              draft_prob=draft.probs[n_accepted], logprobs=last)
+
+
+class _NoRows:
+    """A tree round's stand-in for ``TargetRows``: trees run without logprobs."""
+
+    @staticmethod
+    def logprobs(index: int, token: int) -> None:
+        return None
+
+
+_NO_ROWS = _NoRows()
 
 
 def plain_step_estimate(plain: float | None, batches: dict[int, RecentCost]) -> float:

@@ -48,6 +48,10 @@ class SpecConfig:
     # followed them there instead of running the draft model (0: never). Copying costs
     # no draft steps; the draft model catches up on the accepted copy in one batch.
     copy_min: int = 0
+    # Token trees (app/engine/token_tree.py): "auto" lets the auto policy branch where
+    # its measurements say a tree pays (a fixed length stays a line), "on" branches
+    # wherever the draft is unsure and verifies every differing copy, "off" never.
+    tree: Literal["auto", "on", "off"] = "auto"
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,8 @@ class Stats:
     copied: int = 0           # of the drafted tokens, copied from earlier in the context
     copied_accepted: int = 0
     rejections: int = 0      # rounds that ended with a correction
+    tree_rounds: int = 0      # rounds whose guess was a token tree
+    branch_tokens: int = 0    # of the accepted tokens, those a tree's other branches gave
     accepted_by_position: list[int] = field(default_factory=list)
     drafted_by_position: list[int] = field(default_factory=list)
     prompt_tokens: int = 0
@@ -174,6 +180,8 @@ class Stats:
             "accepted": self.accepted,
             "copied": self.copied,
             "copied_accepted": self.copied_accepted,
+            "tree_rounds": self.tree_rounds,
+            "branch_tokens": self.branch_tokens,
             "acceptance": round(self.acceptance, 4),
             "alpha": round(self.alpha, 4),
             "tokens_per_round": round(self.tokens_per_round, 4),

@@ -44,7 +44,27 @@ class MarkovBackend:
             np.empty((0, self.n_vocab), dtype=np.float32)
 
     def trim(self, n_keep: int) -> None:
+        self._tree = None
         del self._tokens[n_keep:]
+
+    # A token tree: first-order, so each node's row is its own token's.
+    tree_branches = 8
+    _tree: list[int] | None = None
+
+    def evaluate_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+        assert self._tree is None, "a tree was evaluated and not kept"
+        assert parents[0] == -1 and all(0 <= p < i for i, p in enumerate(parents) if i)
+        leaves = set(range(len(tokens))) - set(parents)
+        assert len(leaves) <= self.tree_branches
+        assert len(self._tokens) + len(tokens) <= self.n_ctx
+        self._tree, self._parents = list(tokens), list(parents)
+        return np.stack([self.table[t] for t in tokens])
+
+    def keep_branch(self, nodes: Sequence[int]) -> None:
+        assert self._tree is not None and nodes[0] == 0
+        assert all(self._parents[b] == a for a, b in zip(nodes, nodes[1:])), "not a path from the root"
+        self._tokens.extend(self._tree[i] for i in nodes)
+        self._tree = None
 
     def close(self) -> None:
         pass

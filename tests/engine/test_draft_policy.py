@@ -151,9 +151,9 @@ class _SpyDrafter(ModelDrafter):
         super().__init__(*args)
         self.floors: list[float] = []
 
-    def propose(self, context, n_max, sampling, rng, p_min, go_on=None):
+    def propose(self, context, n_max, sampling, rng, p_min, go_on=None, **branching):
         self.floors.append(p_min)
-        return super().propose(context, n_max, sampling, rng, p_min, go_on)
+        return super().propose(context, n_max, sampling, rng, p_min, go_on, **branching)
 
 
 def _floors_seen(spec: SpecConfig, policy=None) -> set[float]:

@@ -1,0 +1,117 @@
+"""A speculative round whose guess is a tree (docs/ARCHITECTURE.md, "Token trees").
+
+The drafters make a line as always, and say where else the text might go: a second
+candidate beside an unsure draft token (``Draft.alternatives``), a second place to
+copy from that says something else (``Draft.other_copies``). ``grow_tree`` hangs
+those beside the line; the target verifies every node in one batch
+(``TreeBackend.evaluate_tree``), ``token_tree`` walks it, and the backend keeps the
+kept path as its one sequence. For the rest of the loop the round then looks like a
+line: the kept path, and after it the first candidate the target turned down.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from app.engine.backend import ModelBackend
+from app.engine.drafters import Draft, ModelDrafter
+from app.engine.sampling import warp
+from app.engine.token_tree import TokenTree, accept_greedy, accept_sampled
+from app.engine.types import SamplingConfig
+
+
+def grows_trees(target: ModelBackend) -> int:
+    """How many branches the target verifies in one batch (0: it has no trees)."""
+    return int(getattr(target, "tree_branches", 0)) if hasattr(target, "evaluate_tree") else 0
+
+
+def branch_for(drafter, target: ModelBackend, branch: Callable[[float], bool] | None) -> dict:
+    """The keyword a model drafter takes to branch (none where the round cannot be a tree),
+    at most as many second candidates as the target has branches beyond the first."""
+    room = grows_trees(target) - 1
+    if branch is None or room < 1 or not _takes_branch(type(drafter)):
+        return {}
+    taken = 0
+
+    def limited(prob: float) -> bool:
+        nonlocal taken
+        if taken >= room or not branch(prob):
+            return False
+        taken += 1
+        return True
+
+    return {"branch": limited}
+
+
+@functools.cache
+def _takes_branch(kind: type) -> bool:
+    """Whether a drafter's ``propose`` takes ``branch`` (a model drafter's does; one that
+    overrides it without, a lookup, a drafter of another kind, does not)."""
+    if not issubclass(kind, ModelDrafter):
+        return False
+    parameters = inspect.signature(kind.propose).parameters
+    return "branch" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+
+
+@dataclass
+class TreeRound:
+    tree: TokenTree
+    main: Draft                                       # the line, as a chain round drafts it
+    kinds: dict[int, str] = field(default_factory=dict)  # first node of each branch: "second" / "fork"
+
+    def accept(self, rows: np.ndarray, sampling: SamplingConfig, rng: np.random.Generator) -> tuple[list[int], int]:
+        if sampling.greedy:
+            return accept_greedy(self.tree, rows.argmax(axis=1).tolist())
+        return accept_sampled(self.tree, lambda node: warp(rows[node], sampling), rng)
+
+    def main_accepted(self, path: list[int]) -> int:
+        """How much of the line the target kept."""
+        line, n = self.tree.first_chain(0), 0
+        while n < len(line) and n + 1 < len(path) and path[n + 1] == line[n]:
+            n += 1
+        return n
+
+    def as_line(self, path: list[int]) -> tuple[Draft, int]:
+        """The round as a line for the events and the counts: the kept path's tokens,
+        then (where the target turned the candidates after it down) the first of them;
+        and how many were kept."""
+        tree, nodes = self.tree, path[1:]
+        rejected = tree.children(path[-1])[:1]
+        shown = nodes + rejected
+        return Draft(tokens=[tree.tokens[n] for n in shown], probs=[tree.probs[n] for n in shown]), len(nodes)
+
+
+def grow_tree(last: int, draft: Draft, copied: bool, fork_copies: bool, target: ModelBackend) -> TreeRound | None:
+    """The round's tree, or None where it stays a line (nothing to branch with, or a
+    target without trees)."""
+    room = grows_trees(target) - 1
+    if room < 1 or not draft.tokens:
+        return None
+    if copied:
+        if not (fork_copies and draft.other_copies):
+            return None
+        tree = TokenTree.rooted_at(last)
+        tree.add_path(0, draft.tokens)
+        kinds = {}
+        for other in draft.other_copies[:room]:
+            before = len(tree)
+            tree.add_path(0, other)
+            if len(tree) > before:
+                kinds[before] = "fork"  # the first node where this copy says something else
+        return TreeRound(tree, draft, kinds) if kinds else None
+    if not draft.alternatives:
+        return None
+    tree = TokenTree.rooted_at(last)
+    line = []
+    for i, token in enumerate(draft.tokens):
+        line.append(tree.add(line[-1] if line else 0, token, draft.probs[i], draft.q[i] if draft.q else None))
+    kinds = {}
+    for i, (token, prob, q) in sorted(draft.alternatives.items())[:room]:
+        if i < len(line):
+            kinds[tree.add(line[i - 1] if i else 0, token, prob, q)] = "second"
+    return TreeRound(tree, draft, kinds)
