@@ -43,6 +43,7 @@ from app.prompt_files import read_jsonl, text_field
 from app.engine.draft_policy import draft_policy
 from app.engine.types import COPY_MIN, SamplingConfig, SpecConfig, Stats
 
+DEFAULT_REPEAT = 3  # runs per prompt and setting when --repeat is not given
 NO_COPY = " nocopy"  # the label suffix of a setting run without copying repeats (--copy both)
 # Two prompts per Spec-Bench category, written for Tandem and shipped in the package, so the
 # bench runs from a pip install or the bundle; --prompts takes Spec-Bench's own files.
@@ -194,9 +195,9 @@ def add_parser(commands, add_model_arguments) -> None:
     bench.add_argument("--max-tokens", "-n", "--n-predict", type=whole(1, 1_000_000), default=128,
                        help="tokens generated per prompt (default: %(default)s)")
     bench.add_argument("--draft-max", default="auto", help="N, a list like 1,3,5, or auto (default: auto)")
-    bench.add_argument("--repeat", type=whole(1, what="a number of runs"), default=3,
+    bench.add_argument("--repeat", type=whole(1, what="a number of runs"), default=None,
                        help="runs per prompt and setting; the median one counts, so a moment of load "
-                            "elsewhere does not make a category look slower (default: %(default)s)")
+                            f"elsewhere does not make a category look slower (default: {DEFAULT_REPEAT})")
     bench.add_argument("--copy", choices=["on", "off", "both"], default="on",
                        help="copy repeated text instead of drafting it (default: on, as in the app); "
                             "both: every setting runs with and without (\"8\" and \"8 nocopy\")")
@@ -436,6 +437,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return cmd_agent_bench(args, _draft_settings(args.draft_max))
     if args.url:
         raise BenchError("--url applies to --workload agent only: the other workloads run the models here")
+    if args.repeat is None:
+        args.repeat = DEFAULT_REPEAT
     categories = set(args.categories.split(",")) if args.categories else None
     prompts = read_prompts(prompts_path(args), args.limit, categories)
     settings = _draft_settings(args.draft_max)

@@ -185,7 +185,7 @@ def local_server(args: argparse.Namespace, spec):
         worker.stop()
 
 
-NOT_FOR_AGENT = {"prompts": None, "categories": None, "busy": 0, "repeat": 1, "chart": None}
+NOT_FOR_AGENT = {"prompts": None, "categories": None, "busy": 0, "repeat": None, "chart": None}
 
 
 def cmd_agent_bench(args: argparse.Namespace, draft_settings: list) -> int:

@@ -106,7 +106,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     engine = EngineSession()
     history: list[tuple[str, str]] = []
     try:
-        info = _load_engine(engine, args)
+        info = _load_engine(engine, args, announce=True)
         print(f"Chatting with {info.target_name}" + (f" (draft: {info.draft_name})" if info.draft_name else "")
               + ". Empty line or Ctrl+D quits.", file=sys.stderr)
         while True:
@@ -145,15 +145,21 @@ def cmd_chat(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_engine(engine, args: argparse.Namespace):
-    """The command line's models in the engine; a death while loading is not retried (the
-    crash-loop guard's rule): it ends the command in one line."""
+def _load_engine(engine, args: argparse.Namespace, announce: bool = False):
+    """The command line's models in the engine (``announce``: and the chat format's line,
+    said once a chat); a death while loading is not retried (the crash-loop guard's rule):
+    it ends the command in one line."""
     from app.session.engine_session import EngineDied
-    from app.terminal import model_spec
+    from app.terminal import model_spec, say_chat_format
 
     progress = TerminalProgress()
+    spec = model_spec(args)
     try:
-        return engine.load(model_spec(args), progress)
+        info = engine.load(spec, progress)
+        progress.done()
+        if announce:
+            say_chat_format(info, spec)
+        return info
     except EngineDied as death:
         raise EngineDied(f"{death} while loading the models") from None
     finally:

@@ -171,11 +171,16 @@ def load(args: argparse.Namespace, progress: TerminalProgress | None = None):
     finally:
         if progress:
             progress.done()
-    if session.info.chat_format_notice:
-        print(f"tandem: {session.info.target_name}: {session.info.chat_format_notice}", file=sys.stderr)
+    say_chat_format(session.info, spec)
+    return session
+
+
+def say_chat_format(info, spec) -> None:
+    """The one line on the chat format, when it is not the file's own template."""
+    if info.chat_format_notice:
+        print(f"tandem: {info.target_name}: {info.chat_format_notice}", file=sys.stderr)
     elif spec.chat_format:
         print(f"tandem: chat format: llama.cpp's '{spec.chat_format}' (chosen for this model)", file=sys.stderr)
-    return session
 
 
 def prompt_tokens(target, text: str, *, raw: bool, system: str = "") -> list[int]:

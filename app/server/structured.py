@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.backends.grammar import JSON_OBJECT_SCHEMA, GrammarError, json_schema_grammar
 from app.engine.types import TokenEvent
 from app.server.errors import ApiError
 
@@ -16,6 +15,10 @@ def response_grammar(kind: str, schema: dict | None = None, strict: bool = False
     """The GBNF for a ``response_format`` of ``kind`` ('' for plain text)."""
     if kind == "text":
         return ""
+    # llama.cpp's converter, imported here: the window's side imports the server's request
+    # shapes but never llama.cpp (requests are served in the engine process).
+    from app.backends.grammar import JSON_OBJECT_SCHEMA, GrammarError, json_schema_grammar
+
     param = "response_format.json_schema.schema" if kind == "json_schema" else "response_format"
     try:
         return json_schema_grammar(JSON_OBJECT_SCHEMA if kind == "json_object" or schema is None else schema,

@@ -239,7 +239,7 @@ def test_the_library_lists_the_models_tandem_fetched_made_and_uses(open_window, 
     sys.path.insert(0, str(Path(__file__).parents[1] / "library"))
     from library_tree import model
 
-    from app.library.locations import TANDEM
+    from app.library.locations import MADE, TANDEM
 
     monkeypatch.setenv("HOME", str(tmp_path / "nobody"))
     for name in ("OLLAMA_MODELS", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME"):
@@ -252,5 +252,6 @@ def test_the_library_lists_the_models_tandem_fetched_made_and_uses(open_window, 
     library.open()
     qtbot.waitUntil(lambda: library.result is not None, timeout=REPLY_TIMEOUT_MS)
     listed = {Path(e.path): e for e in library.result.entries}
-    assert set(listed) == {demo, made, target} and all(e.usable and e.source == TANDEM for e in listed.values())
+    assert set(listed) == {demo, made, target} and all(e.usable for e in listed.values())
+    assert {p: e.source for p, e in listed.items()} == {demo: TANDEM, made: MADE, target: TANDEM}
     qtbot.waitUntil(lambda: library.dialog.models.topLevelItemCount() == 3, timeout=5000)  # shown, not just found
