@@ -142,6 +142,14 @@ class LlamaBackend:
         self.tree_branches = TREE_BRANCHES
         self._tree: list[int] | None = None  # a tree evaluated and not yet kept: its tokens
 
+        self._read_vocabulary(path)
+        self._tokens: list[int] = []
+        self._lag = 0  # of those, the last ones not in the cache yet (a tree's kept branch)
+        self._piece_cache: dict[int, bytes] = {}
+
+    def _read_vocabulary(self, path: Path) -> None:
+        """What the engine reads of the vocabulary and the file's names (a ``vocab_only``
+        load reads the same: ``LlamaVocab``)."""
         self.bos_id = ll.llama_vocab_bos(self._vocab)
         self.eos_id = ll.llama_vocab_eos(self._vocab)
         self.add_bos = bool(ll.llama_vocab_get_add_bos(self._vocab))
@@ -151,9 +159,6 @@ class LlamaBackend:
         self.name = self._meta("general.name") or Path(shown_name(path)).stem
         self.architecture = self._meta("general.architecture") or ""
         self.tokenizer_pre = self._meta("tokenizer.ggml.pre") or ""
-        self._tokens: list[int] = []
-        self._lag = 0  # of those, the last ones not in the cache yet (a tree's kept branch)
-        self._piece_cache: dict[int, bytes] = {}
 
     # -- protocol ------------------------------------------------------------
     @property
@@ -376,15 +381,9 @@ class LlamaVocab:
         self._vocab = ll.llama_model_get_vocab(self._model)
         self._piece_cache: dict[int, bytes] = {}
         self.n_vocab = ll.llama_vocab_n_tokens(self._vocab)
-        self.bos_id, self.eos_id = ll.llama_vocab_bos(self._vocab), ll.llama_vocab_eos(self._vocab)
-        self.add_bos = bool(ll.llama_vocab_get_add_bos(self._vocab))
-        self.eog_ids = frozenset(t for t in range(self.n_vocab) if ll.llama_vocab_is_eog(self._vocab, t))
-        template = ll.llama_model_chat_template(self._model, None)
-        self.chat_template = template.decode("utf-8") if template else None
-        self.name = self._meta("general.name") or Path(shown_name(path)).stem
-        self.architecture = self._meta("general.architecture") or ""
-        self.tokenizer_pre = self._meta("tokenizer.ggml.pre") or ""
+        self._read_vocabulary(path)
 
+    _read_vocabulary = LlamaBackend._read_vocabulary
     tokenize = LlamaBackend.tokenize
     token_bytes = LlamaBackend.token_bytes
     token_text = LlamaBackend.token_text
