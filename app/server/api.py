@@ -25,6 +25,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
 
 from app.server.errors import ApiError, server_error
+from app.server.job_response import GONE, JobOutputResponse
 from app.server.guard import DEFAULT_MAX_BODY, Guard
 from app.server.ollama import add_ollama_routes
 from app.server.replies import Shapes
@@ -34,7 +35,6 @@ from app.server.worker import Delta, EngineWorker, Job, Outcome
 
 log = logging.getLogger(__name__)
 
-_GONE = object()  # pushed into a job's output when its client disconnects
 
 
 def create_app(worker: EngineWorker, *, model_id: str, defaults: Defaults, info=None,
@@ -113,35 +113,17 @@ def _sse(obj) -> bytes:
     return b"data: " + json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n\n"
 
 
-class JobResponse(Response):
+class JobResponse(JobOutputResponse):
     """The answer to one job, whole or as server-sent events."""
 
     def __init__(self, job: Job, shapes: Shapes) -> None:
         super().__init__()
         self.job, self.shapes = job, shapes
 
-    async def __call__(self, scope, receive, send) -> None:
-        job = self.job
-
-        async def listen() -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            job.cancel.set()
-            job.output.put_nowait(_GONE)
-
-        listener = asyncio.create_task(listen())
-        try:
-            await self._respond(send)
-        except OSError:  # the client went away mid-send
-            pass
-        finally:
-            job.cancel.set()  # a reply left early stops; one that ended is not touched
-            listener.cancel()
-
     async def _respond(self, send) -> None:
         job, shapes = self.job, self.shapes
         item = await job.output.get()
-        if item is _GONE:
+        if item is GONE:
             return
         if isinstance(item, ApiError):
             await _send_json(send, item.status, item.body())

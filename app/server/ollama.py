@@ -23,6 +23,7 @@ from starlette.responses import Response
 
 from app import __version__
 from app.server.errors import ApiError
+from app.server.job_response import GONE, JobOutputResponse
 from app.server.ollama_models import OLLAMA_API_VERSION, ModelCard, timestamp
 from app.server.ollama_requests import (ChatRequest, GenerateRequest, checked, chat_spec, generate_spec,
                                         is_load_only, model_matches)
@@ -30,7 +31,6 @@ from app.server.replies import tandem_figures
 from app.server.requests import Defaults, parse_json
 from app.server.worker import Delta, Job, Outcome
 
-_GONE = object()  # pushed into a job's output when its client disconnects
 RUNNING = "Ollama is running"
 SERVED = "POST /api/chat, /api/generate, /api/show; GET /api/tags, /api/ps, /api/version"
 
@@ -153,35 +153,17 @@ def _line(obj) -> bytes:
     return json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n"
 
 
-class NdjsonResponse(Response):
+class NdjsonResponse(JobOutputResponse):
     """One job's reply, whole or as NDJSON; a client that goes away cancels the job."""
 
     def __init__(self, job: Job, shapes: Shapes, started: float) -> None:
         super().__init__()
         self.job, self.shapes, self.started = job, shapes, started
 
-    async def __call__(self, scope, receive, send) -> None:
-        job = self.job
-
-        async def listen() -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            job.cancel.set()
-            job.output.put_nowait(_GONE)
-
-        listener = asyncio.create_task(listen())
-        try:
-            await self._respond(send)
-        except OSError:  # the client went away mid-send
-            pass
-        finally:
-            job.cancel.set()  # a reply left early stops; one that ended is not touched
-            listener.cancel()
-
     async def _respond(self, send) -> None:
         job, shapes = self.job, self.shapes
         item = await job.output.get()
-        if item is _GONE:
+        if item is GONE:
             return
         if isinstance(item, ApiError):
             await _send_whole(send, item.status, {"error": item.message})

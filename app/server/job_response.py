@@ -1,0 +1,38 @@
+"""What every route's answer to a queued job shares (OpenAI's and Ollama's shapes alike):
+it waits for the job's output, and while it waits and while it streams it listens for
+the client going away, which cancels the job within one round."""
+
+from __future__ import annotations
+
+import asyncio
+
+from starlette.responses import Response
+
+GONE = object()  # pushed into a job's output when its client disconnects
+
+
+class JobOutputResponse(Response):
+    """Subclasses write the reply in ``_respond(send)`` from ``self.job.output``."""
+
+    job = None  # the app.server.worker.Job answered
+
+    async def __call__(self, scope, receive, send) -> None:
+        job = self.job
+
+        async def listen() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            job.cancel.set()
+            job.output.put_nowait(GONE)
+
+        listener = asyncio.create_task(listen())
+        try:
+            await self._respond(send)
+        except OSError:  # the client went away mid-send
+            pass
+        finally:
+            job.cancel.set()  # a reply left early stops; one that ended is not touched
+            listener.cancel()
+
+    async def _respond(self, send) -> None:
+        raise NotImplementedError
