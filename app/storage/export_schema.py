@@ -65,14 +65,73 @@ def parse_export_json(text: str) -> Any:
     def constant(name: str) -> float:
         raise _TooBig(f"{name}, which is not a number JSON allows")
 
+    decoder = json.JSONDecoder(parse_int=whole, parse_float=real, parse_constant=constant)
     try:
-        return json.loads(text, parse_int=whole, parse_float=real, parse_constant=constant)
+        return _decode_in_pieces(decoder, text)
     except _TooBig as exc:
         raise ImportRefused(f"Not a usable conversation export: it holds {exc}.") from None
     except RecursionError:
         raise ImportRefused("Not a usable conversation export: it is nested too deeply.") from None
     except ValueError as exc:  # JSONDecodeError included
         raise ImportRefused(f"Not a Tandem conversation export: {exc}") from None
+
+
+_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+def _decode_in_pieces(decoder: json.JSONDecoder, text: str) -> Any:
+    """What ``decoder.decode(text)`` returns, but a top-level object's arrays are decoded
+    an element at a time.
+
+    One ``json.loads`` of a 100,000-message export is a single C call that holds the GIL
+    for most of a second, and the window (whose import runs on a thread) froze for that
+    long. Between elements other threads run. Anything but a top-level object, and any
+    malformed text, goes to the decoder whole, for its own error message."""
+    at = _SPACE.match(text).end()
+    if not text.startswith("{", at):
+        return decoder.decode(text)
+    document: dict[str, Any] = {}
+    at = _SPACE.match(text, at + 1).end()
+    if text.startswith("}", at):
+        return decoder.decode(text)
+    while True:
+        if not text.startswith('"', at):
+            return decoder.decode(text)
+        key, at = decoder.raw_decode(text, at)
+        at = _SPACE.match(text, at).end()
+        if not text.startswith(":", at):
+            return decoder.decode(text)
+        at = _SPACE.match(text, at + 1).end()
+        if text.startswith("[", at):
+            document[key], at = _decode_array(decoder, text, at)
+        else:
+            document[key], at = decoder.raw_decode(text, at)
+        at = _SPACE.match(text, at).end()
+        if text.startswith(",", at):
+            at = _SPACE.match(text, at + 1).end()
+            continue
+        if text.startswith("}", at) and not text[at + 1:].strip(" \t\n\r"):
+            return document
+        return decoder.decode(text)
+
+
+def _decode_array(decoder: json.JSONDecoder, text: str, at: int) -> tuple[list, int]:
+    items: list[Any] = []
+    at = _SPACE.match(text, at + 1).end()
+    if text.startswith("]", at):
+        return items, at + 1
+    while True:
+        item, at = decoder.raw_decode(text, at)
+        items.append(item)
+        at = _SPACE.match(text, at).end()
+        if text.startswith(",", at):
+            at = _SPACE.match(text, at + 1).end()
+        elif text.startswith("]", at):
+            return items, at + 1
+        else:
+            decoder.decode(text)  # raises with the decoder's own position and message
+            raise ValueError(f"Expecting ',' delimiter: char {at}")
+
 
 
 def check_export(document: Any) -> dict[str, Any]:

@@ -111,6 +111,22 @@ def test_a_failure_inside_the_transaction_leaves_nothing(store):
     assert store._db.execute("SELECT COUNT(*) FROM messages").fetchone()[0] == 0
 
 
+def test_an_import_reports_and_can_be_stopped_while_its_rows_are_prepared(store):
+    # The first half of the work (checking and encoding each message) reports too, so a
+    # long import's bar moves from the start and Cancel works before any row is written.
+    exported = from_json(export_text([{"role": "user", "text": f"m{i}"} for i in range(5000)]))
+    seen = []
+
+    def stop_at_once(done, total):
+        seen.append((done, total))
+        return False
+
+    with pytest.raises(ImportCancelled):
+        import_conversation(store, exported, stop_at_once)
+    assert len(seen) == 1 and 0 < seen[0][0] <= 5000 and seen[0][1] == 10_000
+    assert store.list_conversations() == []
+
+
 def test_a_hundred_thousand_messages_import_in_one_transaction_quickly(store, tmp_path):
     messages = [{"role": "user" if i % 2 == 0 else "assistant", "text": f"message {i}",
                  "tokens": [] if i % 2 == 0 else [{"t": f"message {i}", "k": "plain"}]} for i in range(100_000)]
