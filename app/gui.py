@@ -55,11 +55,7 @@ def has_display() -> bool:
 def launch(args: argparse.Namespace) -> int:
     from PySide6.QtWidgets import QApplication
 
-    from app.bridge.async_glue import run_app
-    from app.storage.history import HistoryStore
-    from app.storage.settings import load_settings
-    from app.window.main_window import APP_NAME, MainWindow
-    from app.window.single_instance import present
+    from app.storage.paths import APP_NAME
     from app.ui.resources import icon, style_sheet
 
     QApplication.setApplicationName(APP_NAME)
@@ -76,15 +72,29 @@ def launch(args: argparse.Namespace) -> int:
         logging.getLogger("tandem").error("%s Rebuild: %s", check.message, check.rebuild, extra=FILE_ONLY)
         build_failure_box(check).exec()
         return 1
+    # The engine process starts before the window's own modules are imported: its Python,
+    # numpy and llama.cpp load on the other core while this one builds the window, so the
+    # models start loading as soon as the window asks (start-up as with the engine on a thread).
+    from app.bridge.engine_process import EngineProcessClient
+
+    client = EngineProcessClient()
+
+    from app.bridge.async_glue import run_app
+    from app.storage.history import HistoryStore
+    from app.storage.settings import load_settings
+    from app.window.main_window import MainWindow
+    from app.window.single_instance import present
+
     history = HistoryStore.open()  # never raises: a bad file is set aside, with a notice
     try:
         loaded = load_settings()
         overrides = settings_overrides(args) | chat_format_override(args, loaded.settings)
-        window = MainWindow(loaded, overrides=overrides, history_store=history, first_run=True)
+        window = MainWindow(loaded, overrides=overrides, history_store=history, first_run=True, client=client)
         instance.message_received.connect(lambda message: present(window, message))
         window.show()
         return run_app(app)
     finally:
+        client.shutdown()  # nothing left running, whatever happened above
         history.close()  # the window has saved its last reply when it closed
         instance.release()
 

@@ -9,7 +9,10 @@ falls on both alike:
 
 - ``cli``: the command line's path (``load_session``, then ``ChatSession.reply``), no window;
 - ``thread``: the window with the engine on a thread of its own process (as before);
-- ``process``: the window with its engine process (as the app runs now).
+- ``process``: the window with its engine process, started before the window's own
+  modules are imported (as ``app.gui.launch`` does now);
+- ``late`` (not in the default list): the engine process started by the window itself,
+  once it is built (as the app did before), for a before/after figure in one run.
 
 For each it prints the seconds from the process's start to a loaded pair, the window
 process's RSS once the reply is done (and the engine's, for ``process``), and the
@@ -62,11 +65,15 @@ if mode == "cli":
 
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
-from app.storage.settings import LoadedSettings, Settings
-from app.window.main_window import MainWindow
 
 app = QApplication([])
 client = None
+if mode == "process":  # as app.gui.launch does: the engine starts before the window's modules load
+    from app.bridge.engine_process import EngineProcessClient
+    client = EngineProcessClient()
+from app.storage.settings import LoadedSettings, Settings
+from app.window.main_window import MainWindow
+
 if mode == "thread":
     from app.bridge.worker import EngineClient
     client = EngineClient()
@@ -132,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     if "thread" in median and "process" in median:
         print(f"process - thread start-up: {median['process']['loaded_s'] - median['thread']['loaded_s']:+.2f} s; "
               f"speed process/thread {median['process']['tok_s'] / median['thread']['tok_s']:.3f}x")
+    if "late" in median and "process" in median:
+        print(f"process - late start-up: {median['process']['loaded_s'] - median['late']['loaded_s']:+.2f} s")
     if "cli" in median and "process" in median:
         print(f"window (process) / cli speed: {median['process']['tok_s'] / median['cli']['tok_s']:.3f}x")
     return 0

@@ -8,6 +8,8 @@ from pathlib import Path
 from app.cli import build_parser
 from app.gui import has_display, settings_overrides
 
+from .engine_processes import wait_gone
+
 
 def test_only_options_given_on_the_command_line_override_settings(tmp_path):
     model = tmp_path / "target.gguf"
@@ -47,7 +49,7 @@ def close_when_loaded():
     for widget in QApplication.topLevelWidgets():
         client = getattr(widget, "client", None)
         if client is not None and client.info is not None:
-            print("LOADED", client.info.target_name, client.info.draft_name, flush=True)
+            print("LOADED", client.info.target_name, client.info.draft_name, client.pid, flush=True)
             widget.close()
             return
     QTimer.singleShot(50, close_when_loaded)
@@ -58,7 +60,7 @@ sys.exit(launch(build_parser().parse_args(sys.argv[1:])))
 
 
 def test_launch_opens_the_window_on_qasync_and_exits_cleanly(demo_models, tandem_home, tmp_path):
-    """The README's run command, end to end: window, worker thread, models, clean exit."""
+    """The README's run command, end to end: window, engine process, models, clean exit."""
     import json
     import os
     import subprocess
@@ -70,7 +72,10 @@ def test_launch_opens_the_window_on_qasync_and_exits_cleanly(demo_models, tandem
          "--n-ctx", "512"],
         env=env, capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
     assert result.returncode == 0, result.stderr[-2000:]
-    assert f"LOADED {demo_models.target.name} {demo_models.draft.name}" in result.stdout
+    loaded = next(line for line in result.stdout.splitlines() if line.startswith("LOADED "))
+    assert loaded.startswith(f"LOADED {demo_models.target.name} {demo_models.draft.name} ")
+    engine = int(loaded.split()[-1])  # the engine process launch started before the window
+    assert engine and wait_gone(engine, 30)  # and ended with it
     assert "Traceback" not in result.stderr
     saved = json.loads((tandem_home / "config" / "settings.json").read_text(encoding="utf-8"))["settings"]
     assert saved["window_geometry"]  # remembered on close
