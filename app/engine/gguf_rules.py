@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 from collections.abc import Callable, Sequence
 from typing import Any
 

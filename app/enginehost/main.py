@@ -12,7 +12,6 @@ import signal
 import sys
 from multiprocessing.connection import Client
 
-from app.session import protocol as p
 
 
 def _die_with_parent() -> None:

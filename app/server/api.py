@@ -25,7 +25,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
 
 from app.server.errors import ApiError, server_error
-from app.server.job_response import GONE, JobOutputResponse
+from app.server.job_response import GONE, JobOutputResponse, send_body, send_json
 from app.server.guard import DEFAULT_MAX_BODY, Guard
 from app.server.ollama import add_ollama_routes
 from app.server.replies import Shapes
@@ -126,7 +126,7 @@ class JobResponse(JobOutputResponse):
         if item is GONE:
             return
         if isinstance(item, ApiError):
-            await _send_json(send, item.status, item.body())
+            await send_json(send, item.status, item.body())
             return
         if not job.spec.stream:
             texts, calls, entries = [], [], []
@@ -138,43 +138,32 @@ class JobResponse(JobOutputResponse):
                     calls.append(item)
                 item = await job.output.get()
             if isinstance(item, ApiError):
-                await _send_json(send, item.status, item.body())
+                await send_json(send, item.status, item.body())
             elif isinstance(item, Outcome):
                 logprobs = entries if job.spec.logprobs is not None else None
-                await _send_json(send, 200, shapes.whole("".join(texts), item, calls, logprobs))
+                await send_json(send, 200, shapes.whole("".join(texts), item, calls, logprobs))
             return
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream; charset=utf-8"),
                                 (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]})
         opening = shapes.opening()
         if opening is not None:
-            await _send_body(send, _sse(opening))
+            await send_body(send, _sse(opening))
         while True:
             if isinstance(item, Delta):
-                await _send_body(send, _sse(shapes.delta(item, job.spec.token_kinds,
+                await send_body(send, _sse(shapes.delta(item, job.spec.token_kinds,
                                                          job.spec.logprobs is not None)))
             elif isinstance(item, CallItem):
-                await _send_body(send, b"".join(_sse(c) for c in shapes.call_chunks(item, job.spec.token_kinds)))
+                await send_body(send, b"".join(_sse(c) for c in shapes.call_chunks(item, job.spec.token_kinds)))
             elif isinstance(item, Outcome):
                 chunks = _sse(shapes.closing(item))
                 if job.spec.include_usage:
                     chunks += _sse(shapes.usage_chunk(item))
-                await _send_body(send, chunks + b"data: [DONE]\n\n", more=False)
+                await send_body(send, chunks + b"data: [DONE]\n\n", more=False)
                 return
             elif isinstance(item, ApiError):
-                await _send_body(send, _sse(item.body()) + b"data: [DONE]\n\n", more=False)
+                await send_body(send, _sse(item.body()) + b"data: [DONE]\n\n", more=False)
                 return
             else:  # the client is gone
                 return
             item = await job.output.get()
-
-
-async def _send_body(send, body: bytes, more: bool = True) -> None:
-    await send({"type": "http.response.body", "body": body, "more_body": more})
-
-
-async def _send_json(send, status: int, obj) -> None:
-    body = json.dumps(obj, ensure_ascii=False).encode("utf-8")
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -5,6 +5,7 @@ the client going away, which cancels the job within one round."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 from starlette.responses import Response
 
@@ -36,3 +37,15 @@ class JobOutputResponse(Response):
 
     async def _respond(self, send) -> None:
         raise NotImplementedError
+
+
+async def send_body(send, body: bytes, more: bool = True) -> None:
+    await send({"type": "http.response.body", "body": body, "more_body": more})
+
+
+async def send_json(send, status: int, obj) -> None:
+    """A whole JSON answer, for a job that failed before its first byte was sent."""
+    body = json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -23,7 +23,7 @@ from starlette.responses import Response
 
 from app import __version__
 from app.server.errors import ApiError
-from app.server.job_response import GONE, JobOutputResponse
+from app.server.job_response import GONE, JobOutputResponse, send_body, send_json
 from app.server.ollama_models import OLLAMA_API_VERSION, ModelCard, timestamp
 from app.server.ollama_requests import (ChatRequest, GenerateRequest, checked, chat_spec, generate_spec,
                                         is_load_only, model_matches)
@@ -166,7 +166,7 @@ class NdjsonResponse(JobOutputResponse):
         if item is GONE:
             return
         if isinstance(item, ApiError):
-            await _send_whole(send, item.status, {"error": item.message})
+            await send_json(send, item.status, {"error": item.message})
             return
         if not job.spec.stream:
             texts = []
@@ -174,9 +174,9 @@ class NdjsonResponse(JobOutputResponse):
                 texts.append(item.text)
                 item = await job.output.get()
             if isinstance(item, ApiError):
-                await _send_whole(send, item.status, {"error": item.message})
+                await send_json(send, item.status, {"error": item.message})
             elif isinstance(item, Outcome):
-                await _send_whole(send, 200, shapes.final("".join(texts), item, self.started))
+                await send_json(send, 200, shapes.final("".join(texts), item, self.started))
             return
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"application/x-ndjson"), (b"cache-control", b"no-cache"),
@@ -184,24 +184,13 @@ class NdjsonResponse(JobOutputResponse):
         while True:
             if isinstance(item, Delta):
                 if item.text or (job.spec.token_kinds and item.kinds):
-                    await _send_body(send, _line(shapes.part(item, job.spec.token_kinds)))
+                    await send_body(send, _line(shapes.part(item, job.spec.token_kinds)))
             elif isinstance(item, Outcome):
-                await _send_body(send, _line(shapes.final("", item, self.started)), more=False)
+                await send_body(send, _line(shapes.final("", item, self.started)), more=False)
                 return
             elif isinstance(item, ApiError):
-                await _send_body(send, _line({"error": item.message}), more=False)
+                await send_body(send, _line({"error": item.message}), more=False)
                 return
             else:  # the client is gone
                 return
             item = await job.output.get()
-
-
-async def _send_body(send, body: bytes, more: bool = True) -> None:
-    await send({"type": "http.response.body", "body": body, "more_body": more})
-
-
-async def _send_whole(send, status: int, obj) -> None:
-    body = json.dumps(obj, ensure_ascii=False).encode("utf-8")
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
