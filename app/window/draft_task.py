@@ -10,21 +10,22 @@ killed and its partial file removed.
 from __future__ import annotations
 
 import logging
-import threading
 
 from PySide6.QtCore import QObject, Signal
 
 from app.errors import TandemError
+from app.window.thread_task import ThreadTask
 
 log = logging.getLogger(__name__)
 
 
-class DraftTask(QObject):
+class DraftTask(ThreadTask):
     planned = Signal(str)           # "... needs up to N MB of disk space in FOLDER"
     progressed = Signal(float, str)
     done = Signal(str)              # the made draft's path
     failed = Signal(str)            # one line
     cancelled = Signal()
+    thread_name = "tandem-make-draft"
 
     def __init__(self, target: str, variant: str | None = None, layers: int | None = None,
                  parent: QObject | None = None) -> None:
@@ -32,22 +33,6 @@ class DraftTask(QObject):
         self.target = target
         self._variant = variant
         self._layers = layers
-        self._cancel = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tandem-make-draft", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def cancel(self) -> None:
-        self._cancel.set()
-
-    def wait(self, seconds: float) -> bool:
-        self._thread.join(seconds)
-        return not self._thread.is_alive()
-
-    @property
-    def running(self) -> bool:
-        return self._thread.is_alive()
 
     def _run(self) -> None:
         from app.session.drafting import DraftCancelled, find_made, make_draft, plan_draft, space_line

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-import threading
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
@@ -20,39 +19,24 @@ from app.errors import TandemError
 from app.storage.errors import ImportCancelled
 from app.storage.export import import_conversation, read_export
 from app.storage.history import HistoryStore
+from app.window.thread_task import ThreadTask
 
 log = logging.getLogger(__name__)
 
 
-class ImportTask(QObject):
-    """One import: ``start()``, then ``progressed``… and ``succeeded`` or ``failed``."""
+class ImportTask(ThreadTask):
+    """One import: ``start()``, then ``progressed``… and ``succeeded`` or ``failed``;
+    ``cancel()`` stops it at the next batch, and what was written so far is rolled back."""
 
     progressed = Signal(int, int)   # done, total
     succeeded = Signal(int, str)    # the new conversation's id, its title
     failed = Signal(str)            # one line; '' when it was cancelled
+    thread_name = "tandem-import"
 
     def __init__(self, source: Path, history: Path, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.source = Path(source)
         self.history = Path(history)
-        self._cancel = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tandem-import", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def cancel(self) -> None:
-        """Stop at the next batch; what was written so far is rolled back."""
-        self._cancel.set()
-
-    def wait(self, seconds: float) -> bool:
-        """True once the thread has ended (within ``seconds``)."""
-        self._thread.join(seconds)
-        return not self._thread.is_alive()
-
-    @property
-    def running(self) -> bool:
-        return self._thread.is_alive()
 
     def _progress(self, done: int, total: int) -> bool:
         self.progressed.emit(done, total)
