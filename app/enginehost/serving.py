@@ -10,41 +10,10 @@ import logging
 import threading
 
 from app.errors import TandemError, one_line
-from app.server.errors import ApiError
-from app.server.worker import Job, JobRunner
+from app.server.worker import HandedJobs
 from app.session import protocol as p
 
 log = logging.getLogger(__name__)
-
-
-class HostJobs(JobRunner):
-    """The API's jobs, each queued on the engine thread as it arrives."""
-
-    def __init__(self, host) -> None:
-        super().__init__()
-        self._host = host
-        self._pending: list[Job] = []
-
-    def submit(self, job: Job) -> None:
-        with self._lock:
-            self.number(job)
-            self._pending.append(job)
-        self._host.submit(lambda: self._serve(job))
-
-    def _serve(self, job: Job) -> None:
-        with self._lock:
-            self._pending.remove(job)
-        session = self._host.session
-        if session is None:
-            with self._lock:
-                self._jobs_by_arrival.pop(job.arrival, None)
-            job.push(ApiError(503, "The window has no model loaded.", code="model_not_loaded", kind="server_error"))
-            return
-        self.run(session, job)
-
-    @property
-    def waiting(self) -> int:
-        return len(self._pending)
 
 
 class EngineServer:
@@ -52,7 +21,7 @@ class EngineServer:
         self._host = host
         self._lock = threading.Lock()  # one start or stop at a time
         self._server = None
-        self.jobs = HostJobs(host)
+        self.jobs = HandedJobs(lambda serve: host.submit(lambda: serve(host.session)))
         self.jobs.listeners.append(lambda record: host.out.put(p.Served(record)))
 
     def start(self, message: p.Serve) -> None:

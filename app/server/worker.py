@@ -180,6 +180,37 @@ class JobRunner:
                 log.exception("request listener failed")
 
 
+class HandedJobs(JobRunner):
+    """Jobs handed, as they arrive, to a thread that owns a session elsewhere (a window's
+    engine thread, or the engine process's): ``hand(serve)`` runs ``serve(session)``
+    there, in turn with that thread's other work, with None for no model loaded."""
+
+    def __init__(self, hand: Callable[[Callable], None]) -> None:
+        super().__init__()
+        self._hand = hand
+        self._pending: list[Job] = []
+
+    def submit(self, job: Job) -> None:
+        with self._lock:
+            self.number(job)
+            self._pending.append(job)
+        self._hand(lambda session: self._serve(session, job))
+
+    def _serve(self, session, job: Job) -> None:
+        with self._lock:
+            self._pending.remove(job)
+        if session is None:
+            with self._lock:
+                self._jobs_by_arrival.pop(job.arrival, None)
+            job.push(ApiError(503, "The window has no model loaded.", code="model_not_loaded", kind="server_error"))
+            return
+        self.run(session, job)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._pending)
+
+
 class EngineWorker(JobRunner):
     """Loads the pair on its own thread, then serves jobs first come, first served."""
 

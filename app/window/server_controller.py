@@ -19,40 +19,10 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QWidget
 
 from app.errors import TandemError
-from app.server.errors import ApiError
-from app.server.worker import RECENT_REQUESTS, Job, JobRunner
+from app.server.worker import RECENT_REQUESTS, HandedJobs
 from app.ui.server_dialog import ServerDialog
 
 HOST = "127.0.0.1"  # the window serves this computer only: no API key to manage
-
-
-class WindowJobs(JobRunner):
-    """The API's jobs, each handed to the window's engine thread as it arrives."""
-
-    def __init__(self, client) -> None:
-        super().__init__()
-        self._client = client
-        self._pending: list[Job] = []
-
-    def submit(self, job: Job) -> None:
-        with self._lock:
-            self.number(job)
-            self._pending.append(job)
-        self._client.run_on_engine(lambda session: self._serve(session, job))
-
-    def _serve(self, session, job: Job) -> None:
-        with self._lock:
-            self._pending.remove(job)
-        if session is None:
-            with self._lock:
-                self._jobs_by_arrival.pop(job.arrival, None)
-            job.push(ApiError(503, "The window has no model loaded.", code="model_not_loaded", kind="server_error"))
-            return
-        self.run(session, job)
-
-    @property
-    def waiting(self) -> int:
-        return len(self._pending)
 
 
 class ServerController(QObject):
@@ -66,7 +36,7 @@ class ServerController(QObject):
         self._settings = settings
         self._save = save
         self._dialog_parent = dialog_parent
-        self._jobs = WindowJobs(client)
+        self._jobs = HandedJobs(lambda serve: client.run_on_engine(serve))  # an engine thread only
         self._jobs.listeners.append(self.served.emit)  # engine thread -> queued to this thread
         self._server = None
         self._remote = False  # served by the engine process
