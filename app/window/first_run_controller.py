@@ -37,9 +37,12 @@ def needs_first_run(settings: Settings) -> bool:
 class FirstRunController(QObject):
     def __init__(self, client: EngineClient, *, notices: NoticeArea, layout: QBoxLayout, hidden: list[QWidget],
                  settings: Callable[[], Settings], apply: Callable[[Settings], None], load: Callable[[], None],
-                 open_library: Callable[[str | None], object], parent: QWidget) -> None:
+                 open_library: Callable[[str | None], object], parent: QWidget,
+                 check_speculation: Callable[[], None] = lambda: None) -> None:
         """The screen goes into ``layout`` where the first of ``hidden`` (the chat view,
-        the composer) is; those come back when a pair has loaded."""
+        the composer) is; those come back when a pair has loaded. ``check_speculation``
+        (Help → Check speculation) runs once a draft made here has loaded with its target,
+        so the user sees the speed-up it measured."""
         super().__init__(parent)
         self.client = client
         self.notices = notices
@@ -50,6 +53,8 @@ class FirstRunController(QObject):
         self._load = load
         self._open_library = open_library
         self._parent = parent
+        self._check_speculation = check_speculation
+        self._check_when_loaded = False
         self.screen: FirstRunScreen | None = None
         self._fetching_demo = False
         self.draft_task: DraftTask | None = None
@@ -109,6 +114,7 @@ class FirstRunController(QObject):
 
     def _draft_made(self, target: str, draft: str) -> None:
         self._draft_ended(f"Made {shown_name(draft)}; loading {shown_name(target)} with it…")
+        self._check_when_loaded = True
         self._apply(self._settings().replace(target_path=target, draft_path=draft, drafter="model"))  # a load follows
 
     def _draft_ended(self, text: str) -> None:
@@ -129,6 +135,9 @@ class FirstRunController(QObject):
             widget.show()
         self.client.loaded.disconnect(self._loaded)
         self.client.load_failed.disconnect(self._load_failed)
+        if self._check_when_loaded:  # the made draft's speed-up, measured and shown
+            self._check_when_loaded = False
+            self._check_speculation()
 
     def _load_failed(self, message: str) -> None:
         if self.screen is not None and self._fetching_demo:

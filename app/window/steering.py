@@ -53,5 +53,6 @@ def install_steering(window, column: QBoxLayout, toolbar: QToolBar) -> Steering:
     first_run = FirstRunController(window.client, notices=window.notices, layout=column,
                                    hidden=[window.chat_view, window.composer], settings=lambda: window.settings,
                                    apply=window.apply_settings, load=lambda: window.models.load(force=True),
-                                   open_library=lambda target: library.open(target), parent=window)
+                                   open_library=lambda target: library.open(target), parent=window,
+                                   check_speculation=window.help.check_speculation)
     return Steering(library, presets, first_run, branches)

@@ -11,6 +11,7 @@ import pytest
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from app.bridge.worker import EngineClient
+from app.session.config import ModelSpec
 from app.storage import made_drafts, paths
 from app.storage.settings import Settings
 from app.ui.notices import NoticeArea
@@ -50,8 +51,13 @@ def library(qtbot, target_folder):
     qtbot.addWidget(parent)
     client = EngineClient(loader=ScriptedLoader())
     holder = Holder(Settings(library_folders=(str(target_folder),)))
+    holder.checks = 0
+
+    def check() -> None:
+        holder.checks += 1
+
     controller = LibraryController(client, settings=lambda: holder.settings, apply=holder.apply,
-                                   check_speculation=lambda: None, say=lambda text, ms: None,
+                                   check_speculation=check, say=lambda text, ms: None,
                                    dialog_parent=parent)
     yield controller, holder
     controller.shutdown()
@@ -87,6 +93,7 @@ def test_make_a_draft_in_the_library_then_the_pair_is_set(qtbot, library, target
     assert progress and max(progress) > 0 and progress == sorted(progress)
     assert dialog.draft_progress.isHidden() and dialog.draft_cancel_button.isHidden()
     assert [d.draft for d in made_drafts.made_for(target)] == [made]
+    assert holder.checks == 1  # its speed-up measured (Check speculation) once the pair is in
     # The rescan lists it, and it is the first draft offered for its target.
     qtbot.waitUntil(lambda: controller.result is not None and any(e.path == made for e in controller.result.entries),
                     timeout=TIMEOUT_MS)
@@ -126,9 +133,14 @@ def _first_run(qtbot, target: str):
     column.addWidget(composer)
     client = EngineClient(loader=ScriptedLoader())
     holder = Holder(Settings())
+    holder.checks = 0
+
+    def check() -> None:
+        holder.checks += 1
+
     controller = FirstRunController(client, notices=NoticeArea(parent), layout=column, hidden=[chat, composer],
                                     settings=lambda: holder.settings, apply=holder.apply, load=lambda: None,
-                                    open_library=lambda path: None, parent=parent)
+                                    open_library=lambda path: None, parent=parent, check_speculation=check)
     screen = controller.start()
     screen._choose_file = Chooser(target)
     return controller, screen, holder, client
@@ -144,6 +156,12 @@ def test_first_run_makes_a_draft_from_a_model_you_have(qtbot, target_folder):
         assert holder.settings.target_path == target and holder.settings.drafter == "model"
         assert os.path.isfile(holder.settings.draft_path)
         assert "loading" in screen.status.text() and screen.draft_progress.isHidden()
+        assert holder.checks == 0  # not before the pair is in
+        # The window loads what was applied (a scripted engine here): then the speed-up
+        # the made draft gives is measured and shown (Check speculation), once.
+        client.load(ModelSpec(target_path=holder.settings.target_path, draft_path=holder.settings.draft_path))
+        qtbot.waitUntil(lambda: controller.screen is None, timeout=TIMEOUT_MS)
+        assert holder.checks == 1
     finally:
         client.shutdown()
 
