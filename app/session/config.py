@@ -23,6 +23,8 @@ class ModelSpec:
     n_threads: int = 0
     flash_attention: str = "auto"
     chat_format: str = ""   # a llama.cpp built-in chat format for the target; '' its own template
+    rpc_workers: tuple[str, ...] = ()     # host:port of llama.cpp RPC workers the target is split over
+    tensor_split: tuple[float, ...] = ()  # each device's share of the target's layers; () by free memory
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ModelSpec:
