@@ -110,6 +110,7 @@ class LlamaBackend:
         self.path = path
         self._model = self._ctx = None
         self._batch = None
+        self._workers: tuple[str, ...] = ()  # RPC workers its layers live on, while loaded
 
         mparams = ll.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers if n_gpu_layers >= 0 else 999
@@ -126,8 +127,13 @@ class LlamaBackend:
         global _quiet_load
         _recent_errors.clear()
         _quiet_load = devices is not None
+        if devices is not None:
+            self._workers = rpc.hold(devices)  # from the load's first connection (close releases)
         try:
             self._load(path, mparams, n_ctx, n_threads, flash_attention, exact_batches)
+        except BaseException:
+            self.close()  # what was made, and the workers held
+            raise
         finally:
             _quiet_load = False
 
@@ -350,6 +356,9 @@ class LlamaBackend:
         if self._model:
             ll.llama_model_free(self._model)
             self._model = None
+        if self._workers:  # freed: ggml let go of their connections
+            rpc.release(self._workers)
+            self._workers = ()
 
     def __del__(self) -> None:  # a safety net; owners call close()
         try:

@@ -18,6 +18,7 @@ process of its own (app/enginehost/).
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import re
 import socket
@@ -47,7 +48,11 @@ class WorkerError(EngineError):
 # -- ggml, through ctypes ------------------------------------------------------------------
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
-_connected: dict[str, list[int]] = {}   # endpoint -> its devices, once ggml holds a connection
+_registered: dict[str, list[int]] = {}  # endpoint -> its devices (ggml keeps each registry for the process)
+# endpoint -> models loaded on it. ggml holds a worker's connection exactly while something
+# of it is alive (its buffers and backends share the connection; the last to go closes it),
+# and reconnects, aborting if it cannot, when a model is loaded on it again.
+_in_use: collections.Counter[str] = collections.Counter()
 
 
 def _ggml() -> ctypes.CDLL:
@@ -211,22 +216,37 @@ def check_worker(endpoint: str, timeout: float = HELLO_TIMEOUT_S) -> tuple[int, 
 
 
 def connect(endpoints: tuple[str, ...] | list[str]) -> list[Device]:
-    """The devices of each worker, in order, each checked before ggml first connects to it."""
+    """The devices of each worker, in order, each checked before ggml connects to it (a
+    worker this process already has a model on is connected, and would not answer a
+    second client: it is not checked again)."""
     with _lock:
         for endpoint in endpoints:
-            if endpoint not in _connected:
+            if not _in_use[endpoint]:
                 check_worker(endpoint)
         add_server = _proc("ggml_backend_rpc_add_server", _ADD_SERVER)
         g = _ggml()
         out: list[Device] = []
         for endpoint in endpoints:
-            if endpoint not in _connected:
-                reg = add_server(endpoint.encode())  # ggml keeps this connection for the process
+            if endpoint not in _registered:
+                reg = add_server(endpoint.encode())
                 if not reg:
                     raise WorkerError(f"worker {endpoint} serves no devices")
-                _connected[endpoint] = [g.ggml_backend_reg_dev_get(reg, i) for i in range(g.ggml_backend_reg_dev_count(reg))]
-            out += [_device(h, endpoint) for h in _connected[endpoint]]
+                _registered[endpoint] = [g.ggml_backend_reg_dev_get(reg, i) for i in range(g.ggml_backend_reg_dev_count(reg))]
+            out += [_device(h, endpoint) for h in _registered[endpoint]]
         return out
+
+
+def hold(devices) -> tuple[str, ...]:
+    """A model now lives on these devices' workers (see ``_in_use``); returns the workers."""
+    endpoints = tuple(sorted({d.endpoint for d in devices if d.endpoint}))
+    with _lock:
+        _in_use.update(endpoints)
+    return endpoints
+
+
+def release(endpoints: tuple[str, ...]) -> None:
+    with _lock:
+        _in_use.subtract(endpoints)
 
 
 def allocation_failure(message: str, endpoints: tuple[str, ...] | list[str]) -> str | None:
