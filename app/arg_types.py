@@ -9,7 +9,7 @@ import stat
 from pathlib import Path
 
 from app.vocabulary import DRAFT_MAX_RANGE
-
+from app.worker_address import AddressError, parse_split, parse_workers
 
 
 def whole(low: int | None = None, high: int | None = None, *, what: str = "a whole number"):
@@ -75,3 +75,19 @@ def regular_file(value: str) -> Path:
     if not stat.S_ISREG(mode):
         raise argparse.ArgumentTypeError(f"{value} is not a regular file")
     return path
+
+
+def worker_list(value: str) -> tuple[str, ...]:
+    """--rpc host:port,...: llama.cpp RPC workers."""
+    try:
+        return parse_workers(value)
+    except AddressError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def tensor_split(value: str) -> tuple[float, ...]:
+    """--tensor-split 3,1: each device's share of the target's offloaded layers."""
+    try:
+        return parse_split(value)
+    except AddressError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -69,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_parser(subcommands, add_model_arguments)
     from app.server import command as serve  # the serve command defines its own options
     serve.add_parser(subcommands, add_model_arguments, add_sampling_arguments)
+    from app import worker_command  # the worker command defines its own options
+    worker_command.add_parser(subcommands)
     return parser
 
 
@@ -120,6 +122,10 @@ def run(argv: Sequence[str] | None = None) -> int:
             from app.server.command import cmd_serve
 
             return cmd_serve(args)
+        if command == "worker":
+            from app.worker_command import cmd_worker
+
+            return cmd_worker(args)
         from app import commands
 
         return {"generate": commands.cmd_generate, "chat": commands.cmd_chat,

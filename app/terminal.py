@@ -10,7 +10,7 @@ import logging
 import sys
 from pathlib import Path
 
-from app.arg_types import draft_max_value, real, seed_value, whole
+from app.arg_types import draft_max_value, real, seed_value, tensor_split, whole, worker_list
 from app.engine.types import DrafterKind, SamplingConfig, SpecConfig
 from app.errors import TandemError
 from app.logs import FILE_ONLY
@@ -47,6 +47,12 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, in_command: bool = T
                        help="target layers offloaded to the GPU (default: -1, all)")
     group.add_argument("--draft-gpu-layers", "-ngld", "--n-gpu-layers-draft", type=whole(-1, 100_000), metavar="N",
                        default=default(None), help="draft layers offloaded to the GPU (default: as --gpu-layers)")
+    group.add_argument("--rpc", type=worker_list, metavar="HOST:PORT,...", default=default(()),
+                       help="split the target's layers over these llama.cpp RPC workers ('tandem worker' on each "
+                            "machine) and this machine's GPUs; the draft stays here (default: none)")
+    group.add_argument("--tensor-split", "-ts", type=tensor_split, metavar="N,...", default=default(()),
+                       help="each device's share of the target's offloaded layers, workers first in --rpc order, "
+                            "then local GPUs (default: in proportion to their free memory)")
     group.add_argument("--chat-format", "--chat-template", metavar="NAME", default=default(None),
                        help="write prompts in llama.cpp's built-in chat format NAME (gemma, llama3, mistral-v7, "
                             "chatml, ...; 'list' names them all), or 'file' for the file's own template "
@@ -131,7 +137,9 @@ def model_spec(args: argparse.Namespace):
                      draft_path=str(args.draft) if args.draft else "", drafter=DrafterKind(args.drafter),
                      n_ctx=args.n_ctx,
                      target_gpu_layers=args.gpu_layers, draft_gpu_layers=draft_gpu_layers(args),
-                     n_threads=args.threads, flash_attention=args.flash_attn, chat_format=chat_format(args))
+                     n_threads=args.threads, flash_attention=args.flash_attn, chat_format=chat_format(args),
+                     rpc_workers=tuple(getattr(args, "rpc", ())),
+                     tensor_split=tuple(getattr(args, "tensor_split", ())))
 
 
 def chat_format(args: argparse.Namespace) -> str:

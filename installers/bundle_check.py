@@ -7,7 +7,7 @@ engine work but never starts Qt; this checks the rest without opening a window:
 - Qt starts on the platform plugin asked for (offscreen unless QT_QPA_PLATFORM says
   otherwise) and can decode PNG;
 - the icon, token palette and style sheet load from ``app.resources``;
-- llama.cpp's shared libraries load, from inside the bundle;
+- llama.cpp's shared libraries load, from inside the bundle, its RPC backend among them;
 - gguf, jinja2's sandbox and pynvml import;
 - every module of the ``app`` package imports.
 
@@ -60,11 +60,15 @@ def check_llama_cpp() -> str:
 
     from app.backends.llama_cpp_backend import system_info
 
+    from app.backends import rpc
+
     info = system_info()
     library = Path(low_level._lib._name).resolve()
     if FROZEN:
         assert BUNDLE_DIR in library.parents, f"libllama loaded from outside the bundle: {library}"
-    return f"{info['backend']} backend, llama-cpp-python {info['llama_cpp_python']}, {library.name}"
+    # tandem worker and --rpc need llama.cpp's RPC backend (libggml-rpc, beside libllama).
+    assert rpc.available(), "llama.cpp's RPC backend is not in the bundle (build with -DGGML_RPC=ON)"
+    return f"{info['backend']} backend with RPC, llama-cpp-python {info['llama_cpp_python']}, {library.name}"
 
 
 def check_libraries() -> str:

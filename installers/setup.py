@@ -6,7 +6,8 @@
 
 llama-cpp-python is compiled for the best backend this machine has: CUDA when an
 NVIDIA toolkit (nvcc) *and* driver are present, Metal on macOS, CPU otherwise
-(TANDEM_BACKEND=cpu|cuda|metal overrides the choice).
+(TANDEM_BACKEND=cpu|cuda|metal overrides the choice). Every build has llama.cpp's RPC
+backend (-DGGML_RPC=ON, for ``tandem worker`` and ``--rpc``); the probe checks it is there.
 
 A build that compiles can still die on its first matrix product (on Xeons with AMX,
 llama.cpp's AMX kernels raise SIGILL), so set-up proves the build before it says
@@ -159,7 +160,8 @@ def wheel_for(variant, sdist: Path) -> Path:
 def probe(env_extra: dict | None = None) -> dict:
     """Run app.backends.probe in a child of a child: how did it end? (ok, detail, had_amx)"""
     code = ("import json; from app.backends.build_check import run_probe_child; o = run_probe_child(); "
-            "print(json.dumps({'ok': o.ok, 'detail': o.detail, 'had_amx': o.had_amx, 'seconds': o.seconds}))")
+            "print(json.dumps({'ok': o.ok, 'detail': o.detail, 'had_amx': o.had_amx, 'rpc': o.has_rpc, "
+            "'seconds': o.seconds}))")
     env = {**os.environ, **(env_extra or {})}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     done = subprocess.run([str(venv_python()), "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
@@ -196,6 +198,9 @@ def choose_build(candidates: list, install_variant, prove, say=print) -> tuple[o
             continue
         install_variant(variant)
         outcome = prove()
+        if outcome["ok"] and variants.RPC in variant.cmake_args and not outcome.get("rpc", False):
+            # Built with it and without it: the flag did not take (an old sdist, a cached wheel).
+            outcome = {**outcome, "ok": False, "detail": "built with -DGGML_RPC=ON, but it has no RPC backend"}
         if outcome["ok"]:
             return variant, failures
         failures.append(f"{variant.name}: {outcome['detail']}")

@@ -50,6 +50,11 @@ class ProbeOutcome:
     def had_amx(self) -> bool:
         return any("AMX_INT8 = 1" in r.get("system_info", "") for r in self.records)
 
+    @property
+    def has_rpc(self) -> bool:
+        """Whether the build has llama.cpp's RPC backend (said by a probe that finished)."""
+        return any(r.get("rpc") is True for r in self.records)
+
 
 @dataclass
 class BuildCheck:

@@ -23,6 +23,9 @@ NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 PORTABLE_AVX2 = ("-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON",
                  "-DGGML_F16C=ON", "-DGGML_BMI2=ON")
 GPU_FLAGS = {"cuda": ("-DGGML_CUDA=on",), "metal": ("-DGGML_METAL=on",), "cpu": ()}
+# Every build carries llama.cpp's RPC backend (libggml-rpc): ``tandem worker`` serves this
+# machine's device from it, and ``--rpc`` spreads a target's layers over other machines'.
+RPC = "-DGGML_RPC=ON"
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,7 @@ def is_x86() -> bool:
 
 def variants(backend: str = "cpu") -> list[Variant]:
     """What set-up tries, best first; each later one is safer on more CPUs."""
-    gpu = GPU_FLAGS[backend]
+    gpu = (*GPU_FLAGS[backend], RPC)
     out = [Variant("native", (*gpu, "-DGGML_NATIVE=ON"), "native (every feature of this CPU)")]
     if is_x86():
         out += [
@@ -58,11 +61,15 @@ def variants(backend: str = "cpu") -> list[Variant]:
 
 def portable(backend: str = "cpu") -> Variant:
     """Runs on any x86-64 CPU with AVX2: what a bundle carries."""
-    return Variant("portable", (*GPU_FLAGS[backend], *PORTABLE_AVX2), "portable (AVX2, FMA, F16C)")
+    return Variant("portable", (*GPU_FLAGS[backend], RPC, *PORTABLE_AVX2), "portable (AVX2, FMA, F16C)")
 
 
 def custom(cmake_args: str) -> Variant:
-    return Variant("custom", tuple(shlex.split(cmake_args)), "your CMAKE_ARGS")
+    """The user's CMAKE_ARGS, with RPC added unless they say GGML_RPC themselves."""
+    args = tuple(shlex.split(cmake_args))
+    if not any(a.startswith("-DGGML_RPC") for a in args):
+        args += (RPC,)
+    return Variant("custom", args, "your CMAKE_ARGS")
 
 
 def pip_rebuild_command(variant: Variant, requirement: str = "llama-cpp-python") -> str:

@@ -20,8 +20,10 @@ from typing import Callable, Sequence
 import llama_cpp as ll
 import numpy as np
 
+from app.backends import rpc
 from app.engine.errors import ChatTemplateError, ContextOverflowError, EngineError, ModelFileError
 from app.engine.gguf_header import shown_name, validate_gguf
+from app.logs import FILE_ONLY
 
 log = logging.getLogger("tandem.llama")
 
@@ -48,6 +50,9 @@ _init_lock = threading.Lock()
 _initialised = False
 _recent_errors: collections.deque[str] = collections.deque(maxlen=8)
 _log_level = logging.INFO
+# While a target loads over RPC workers, llama.cpp's errors go to the log file only: a
+# failure there becomes one line naming the worker (app.backends.loader), not four.
+_quiet_load = False
 
 
 @ll.llama_log_callback
@@ -61,7 +66,8 @@ def _log_callback(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
     if _log_level >= logging.WARNING:
         _recent_errors.append(message)
     # llama.cpp is chatty at INFO; keep it at DEBUG unless it is a problem.
-    log.log(_log_level if _log_level >= logging.WARNING else logging.DEBUG, "%s", message)
+    log.log(_log_level if _log_level >= logging.WARNING else logging.DEBUG, "%s", message,
+            extra=FILE_ONLY if _quiet_load else None)
 
 
 def _ensure_initialised() -> None:
@@ -77,7 +83,7 @@ def system_info() -> dict[str, str]:
     """Which compute backend this llama.cpp build uses (for --self-test and the UI)."""
     _ensure_initialised()
     info = ll.llama_print_system_info().decode("utf-8", errors="replace")
-    gpu = bool(ll.llama_supports_gpu_offload())
+    gpu = rpc.has_local_gpu()
     kind = "CPU"
     if gpu:
         kind = "Metal" if "METAL" in info.upper() else "CUDA" if "CUDA" in info.upper() else "GPU"
@@ -93,21 +99,46 @@ class LlamaBackend:
 
     def __init__(self, path: str | Path, *, n_ctx: int = 4096, n_gpu_layers: int = -1,
                  n_threads: int = 0, flash_attention: str = "auto", exact_batches: bool = True,
-                 progress: Callable[[float], bool | None] | None = None) -> None:
+                 progress: Callable[[float], bool | None] | None = None,
+                 devices: Sequence[rpc.Device] | None = None, tensor_split: Sequence[float] = ()) -> None:
+        """``devices``: the devices its offloaded layers go to, in order (workers' and this
+        machine's; None: this machine's, llama.cpp's own choice); ``tensor_split``: each
+        one's share of them (empty: in proportion to their free memory)."""
         path = Path(path)
         validate_gguf(path)  # before llama.cpp sees a byte of it
         _ensure_initialised()
         self.path = path
         self._model = self._ctx = None
         self._batch = None
+        self._workers: tuple[str, ...] = ()  # RPC workers its layers live on, while loaded
 
         mparams = ll.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers if n_gpu_layers >= 0 else 999
+        if devices is not None:  # NULL-terminated; llama.cpp reads it during the load only
+            self._devices = (ctypes.c_void_p * (len(devices) + 1))(*[d.handle for d in devices], None)
+            mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p).value
+        if tensor_split:
+            self._split = (ctypes.c_float * ll.LLAMA_MAX_DEVICES)(*tensor_split)
+            mparams.tensor_split = self._split
         if progress is not None:
             # Returning False from the callback cancels the load.
             self._progress = ll.llama_progress_callback(lambda value, _u: progress(value) is not False)
             mparams.progress_callback = self._progress
+        global _quiet_load
         _recent_errors.clear()
+        _quiet_load = devices is not None
+        if devices is not None:
+            self._workers = rpc.hold(devices)  # from the load's first connection (close releases)
+        try:
+            self._load(path, mparams, n_ctx, n_threads, flash_attention, exact_batches)
+        except BaseException:
+            self.close()  # what was made, and the workers held
+            raise
+        finally:
+            _quiet_load = False
+
+    def _load(self, path: Path, mparams, n_ctx: int, n_threads: int, flash_attention: str,
+              exact_batches: bool) -> None:
         # The path's own bytes: a name that is not UTF-8 must load too.
         self._model = ll.llama_model_load_from_file(os.fsencode(path), mparams)
         if not self._model:
@@ -325,6 +356,9 @@ class LlamaBackend:
         if self._model:
             ll.llama_model_free(self._model)
             self._model = None
+        if self._workers:  # freed: ggml let go of their connections
+            rpc.release(self._workers)
+            self._workers = ()
 
     def __del__(self) -> None:  # a safety net; owners call close()
         try:
@@ -473,9 +507,9 @@ _FLOAT_FILE_TYPES = {str(ll.LLAMA_FTYPE_ALL_F32), str(ll.LLAMA_FTYPE_MOSTLY_F16)
 
 
 def _flash_attn_type(choice: str, n_gpu_layers: int, *, exact: bool) -> int:
-    """'on', 'off', or 'auto'. On a GPU, auto is llama.cpp's choice. On a CPU,
-    llama.cpp's flash-attention kernel makes batched verification slower as the context
-    grows (9 tokens after 1,000: 59 ms without it, 98 ms with it; demo target, 2 threads),
+    """'on', 'off', or 'auto'. On a GPU of this machine, auto is llama.cpp's choice. On a
+    CPU (and on RPC workers, whose device kind ggml's RPC does not report), llama.cpp's
+    flash-attention kernel makes batched verification slower as the context grows (9 tokens after 1,000: 59 ms without it, 98 ms with it; demo target, 2 threads),
     so auto turns it off, except where ``exact`` asks for batched logits identical to
     single-token ones: without flash attention, a quantised model's batched logits come
     out up to ~1 apart from its single-token ones (activations are rounded to 8 bits, so
@@ -489,7 +523,7 @@ def _flash_attn_type(choice: str, n_gpu_layers: int, *, exact: bool) -> int:
         return ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
     if choice != "auto":
         raise ValueError(f"flash attention must be 'auto', 'on' or 'off', not {choice!r}")
-    if ll.llama_supports_gpu_offload() and n_gpu_layers > 0:
+    if rpc.has_local_gpu() and n_gpu_layers > 0:
         return ll.LLAMA_FLASH_ATTN_TYPE_AUTO
     return ll.LLAMA_FLASH_ATTN_TYPE_ENABLED if exact else ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
 

@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from app.backends import rpc
 from app.backends.llama_cpp_backend import LlamaBackend
 from app.backends.model_check import require_model_runs
 from app.engine.drafters import Drafter, LookupDrafter, ModelDrafter
+from app.engine.errors import EngineError
 from app.engine.gguf_meta import Compatibility, check_compatibility, read_metadata
 from app.engine.speculative import SpeculativeEngine
 from app.engine.types import SPECULATION_OFF, DrafterKind
@@ -57,14 +59,19 @@ def _checked(path: str | Path, what: str, report: LoadProgress) -> Callable[[flo
 def load_pair(target_path: str | Path, draft_path: str | Path | None = None, *,
               drafter: DrafterKind = DrafterKind.MODEL, n_ctx: int = 4096, target_gpu_layers: int = -1,
               draft_gpu_layers: int = -1, n_threads: int = 0, flash_attention: str = "auto",
-              progress: LoadProgress | None = None) -> LoadedPair:
-    """Load the models. An incompatible draft is not loaded: the engine runs plain and says why."""
+              progress: LoadProgress | None = None, rpc_workers: tuple[str, ...] = (),
+              tensor_split: tuple[float, ...] = ()) -> LoadedPair:
+    """Load the models. An incompatible draft is not loaded: the engine runs plain and says why.
+
+    ``rpc_workers`` (host:port): the target's offloaded layers go to their devices, then
+    to this machine's GPUs, shared as ``tensor_split`` says; the draft stays here."""
     report = progress or (lambda what, fraction: None)
     compatibility = None
     if drafter == DrafterKind.MODEL and draft_path:
         compatibility = check_pair(target_path, draft_path, trial=False)  # each is tried before it loads
-    target = LlamaBackend(target_path, n_ctx=n_ctx, n_gpu_layers=target_gpu_layers,
-                          n_threads=n_threads, flash_attention=flash_attention,
+    devices = target_devices(rpc_workers, tensor_split)  # a worker not there: one line, before any load
+    target = _load_target(target_path, devices, rpc_workers, tensor_split, n_ctx=n_ctx,
+                          n_gpu_layers=target_gpu_layers, n_threads=n_threads, flash_attention=flash_attention,
                           progress=_checked(target_path, "target", report))
     draft_model: LlamaBackend | None = None
     chosen: Drafter | None = None
@@ -89,3 +96,30 @@ def load_pair(target_path: str | Path, draft_path: str | Path | None = None, *,
         target.close()
         raise
     return LoadedPair(SpeculativeEngine(target, chosen, note=note), target, draft_model, compatibility)
+
+
+def target_devices(workers: tuple[str, ...], split: tuple[float, ...]) -> list[rpc.Device] | None:
+    """The devices the target's offloaded layers go to: the workers' (each checked, then
+    connected), then this machine's GPUs, as llama.cpp's --rpc orders them. None without
+    workers: llama.cpp's own choice of this machine's devices."""
+    if not workers:
+        return None
+    devices = rpc.connect(workers) + rpc.offload_devices()
+    if len(split) > len(devices):
+        names = ", ".join(d.endpoint or d.name for d in devices)
+        raise rpc.WorkerError(f"the tensor split has {len(split)} shares for {len(devices)} devices ({names})")
+    return devices
+
+
+def _load_target(path: str | Path, devices: list[rpc.Device] | None, workers: tuple[str, ...],
+                 split: tuple[float, ...], **options) -> LlamaBackend:
+    """The target, its layers on ``devices``; a worker too small for its share is one line naming it."""
+    if devices is None:
+        return LlamaBackend(path, tensor_split=split, **options)
+    try:
+        return LlamaBackend(path, devices=devices, tensor_split=split, **options)
+    except EngineError as exc:
+        line = rpc.allocation_failure(str(exc), workers)
+        if line is None:
+            raise
+        raise rpc.WorkerError(line) from None

@@ -12,7 +12,9 @@ weights in Q4_0 and Q8_0 (the types llama.cpp's AMX path takes), dimensions that
 are multiples of 32 so those kernels are chosen, and a byte-fallback vocabulary, so
 the probe needs no download. It decodes a batch of 12 tokens and then 4 single
 tokens with the default thread count, on the GPU too where the build has one, and
-checks that every logit it asked for is finite.
+checks that every logit it asked for is finite. It also says whether the build has
+llama.cpp's RPC backend (``tandem worker``, ``--rpc``): set-up builds every variant with
+it and counts a variant built with it that lacks it as failed.
 """
 
 from __future__ import annotations
@@ -94,6 +96,7 @@ def write_probe_model(path: Path) -> Path:
 
 def run_probe(gpu_layers: int = -1) -> dict:
     """Load the probe model and decode; returns what was seen (only if the process survives)."""
+    from app.backends import rpc
     from app.backends.llama_cpp_backend import LlamaBackend, default_threads, system_info
 
     started = time.perf_counter()
@@ -115,7 +118,7 @@ def run_probe(gpu_layers: int = -1) -> dict:
         finally:
             model.close()
     return {"stage": "done", "ok": bool(finite), "finite": bool(finite), "threads": default_threads(),
-            "backend": info["backend"], "amx": "AMX_INT8 = 1" in info["system_info"],
+            "backend": info["backend"], "amx": "AMX_INT8 = 1" in info["system_info"], "rpc": rpc.available(),
             "seconds": round(time.perf_counter() - started, 3)}
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from app.engine.types import COPY_MIN, DrafterKind, SamplingConfig, SpecConfig
 from app.storage.settings import Settings, chat_format_for
+from app.worker_address import parse_split, parse_workers
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,8 @@ class ModelSpec:
     n_threads: int = 0
     flash_attention: str = "auto"
     chat_format: str = ""   # a llama.cpp built-in chat format for the target; '' its own template
+    rpc_workers: tuple[str, ...] = ()     # host:port of llama.cpp RPC workers the target is split over
+    tensor_split: tuple[float, ...] = ()  # each device's share of the target's layers; () by free memory
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ModelSpec:
@@ -31,7 +34,8 @@ class ModelSpec:
                    target_gpu_layers=settings.target_gpu_layers,
                    draft_gpu_layers=settings.draft_gpu_layers, n_threads=settings.n_threads,
                    flash_attention=settings.flash_attention,
-                   chat_format=chat_format_for(settings, settings.target_path))
+                   chat_format=chat_format_for(settings, settings.target_path),
+                   rpc_workers=parse_workers(settings.rpc_workers), tensor_split=parse_split(settings.tensor_split))
 
     @property
     def uses_demo_pair(self) -> bool:

@@ -51,7 +51,8 @@ def load_session(spec: ModelSpec, progress: Progress | None = None) -> ChatSessi
 
     pair = load_pair(target, draft, drafter=spec.drafter, n_ctx=spec.n_ctx,
                      target_gpu_layers=spec.target_gpu_layers, draft_gpu_layers=spec.draft_gpu_layers,
-                     n_threads=spec.n_threads, flash_attention=spec.flash_attention, progress=loading)
+                     n_threads=spec.n_threads, flash_attention=spec.flash_attention, progress=loading,
+                     rpc_workers=spec.rpc_workers, tensor_split=spec.tensor_split)
     speculating = pair.engine.drafter is not None
     compatibility = pair.compatibility
     info = LoadInfo(
@@ -62,7 +63,7 @@ def load_session(spec: ModelSpec, progress: Progress | None = None) -> ChatSessi
         drafter=pair.engine.drafter.kind if speculating else DrafterKind.NONE,
         speculation_available=speculating, note=pair.engine.note,
         failed_rule=compatibility.rule if compatibility is not None and not compatibility.ok else None,
-        compute=system_info()["backend"],
+        compute=system_info()["backend"], workers=spec.rpc_workers,
         n_ctx=int(getattr(pair.target, "n_ctx", 0) or 0), n_ctx_train=int(getattr(pair.target, "n_ctx_train", 0) or 0))
     session = ChatSession(pair, info)
     session.set_chat_format(spec.chat_format)

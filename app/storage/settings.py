@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, NamedTuple
 
 from app.vocabulary import DRAFT_MAX_RANGE
+from app.worker_address import AddressError, parse_split, parse_workers
 from app.storage import paths
 from app.storage.errors import InvalidSettingError, StorageError
 from app.storage.files import atomic_write_text, move_aside
@@ -164,6 +165,22 @@ def with_recent_pair(settings: Settings, target: str, draft: str) -> Settings:
     return settings.replace(recent_pairs=tuple(pairs[:MAX_RECENT_PAIRS]))
 
 
+def _workers(value: Any) -> str:
+    """llama.cpp RPC workers, 'host:port,host:port' (as --rpc); kept in their normal spelling."""
+    try:
+        return ",".join(parse_workers(_text(value)))
+    except AddressError as exc:
+        raise ValueError(f"must be workers written host:port, separated by commas ({exc})") from None
+
+
+def _split(value: Any) -> str:
+    """Shares of the target's layers, '3,1' (as --tensor-split); '' by free memory."""
+    try:
+        return ",".join(f"{share:g}" for share in parse_split(_text(value)))
+    except AddressError as exc:
+        raise ValueError(f"must be shares separated by commas, e.g. 3,1 ({exc})") from None
+
+
 def _flag(value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError("must be true or false")
@@ -258,6 +275,12 @@ class Settings:
     flash_attention: Literal["auto", "on", "off"] = option(
         "auto", "Flash attention: 'auto' (off on a CPU, where it slows long prompts; "
         "llama.cpp's choice on a GPU), 'on' or 'off'.", _one_of("auto", "on", "off"))
+    rpc_workers: str = option(
+        "", "llama.cpp RPC workers the target's layers are split over, host:port separated by commas "
+        "('tandem worker' on each machine); the draft stays here. Empty: this machine only.", _workers)
+    tensor_split: str = option(
+        "", "Each device's share of the target's layers, workers first, then this machine's GPUs "
+        "(e.g. 3,1). Empty: in proportion to their free memory.", _split)
     # Sampling
     temperature: float = option(0.8, "Sampling temperature (0: always the likeliest token).", _number(0.0))
     top_k: int = option(40, "Sample among the k likeliest tokens (0: off).", _integer(0, 2**31 - 1))

@@ -43,7 +43,7 @@ LABELS = {
     "p_min": "Stop drafting below probability", "copy_repeats": "Repeated text",
     "target_gpu_layers": "Target GPU layers",
     "draft_gpu_layers": "Draft GPU layers", "n_ctx": "Context size", "n_threads": "CPU threads",
-    "flash_attention": "Flash attention",
+    "flash_attention": "Flash attention", "rpc_workers": "Remote workers (RPC)", "tensor_split": "Layer split",
     "temperature": "Temperature", "top_k": "Top-k", "top_p": "Top-p", "min_p": "Min-p", "seed": "Seed",
     "max_tokens": "Longest reply", "system_prompt": "System prompt",
 }
@@ -51,7 +51,8 @@ PAGES = {
     "Models": ("target_path", "chat_formats", "drafter", "draft_path"),
     "Speculation": ("speculation", "draft_max", "draft_min", "p_min", "copy_repeats"),
     "Sampling": ("temperature", "top_k", "top_p", "min_p", "seed", "max_tokens"),
-    "Hardware": ("target_gpu_layers", "draft_gpu_layers", "n_ctx", "n_threads", "flash_attention"),
+    "Hardware": ("target_gpu_layers", "draft_gpu_layers", "n_ctx", "n_threads", "flash_attention",
+                 "rpc_workers", "tensor_split"),
     "System prompt": ("system_prompt",),
 }
 DRAFTERS = (("Draft model", DrafterKind.MODEL.value), ("Prompt lookup (no draft model)", DrafterKind.LOOKUP.value))
@@ -59,6 +60,13 @@ FLASH_ATTENTION = (("Automatic (off on a CPU)", "auto"), ("On", "on"), ("Off", "
 GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
 MIN_WIDTH = 560  # px: room for a path and its Browse button
 _CHECK_DELAY_MS = 300  # typing a path should not fire a check per keystroke
+
+
+def _line(placeholder: str) -> QLineEdit:
+    line = QLineEdit()
+    line.setPlaceholderText(placeholder)
+    line.setClearButtonEnabled(True)
+    return line
 
 
 def _combo(choices: tuple[tuple[str, str], ...]) -> QComboBox:
@@ -307,6 +315,8 @@ class SettingsDialog(QDialog):
             "n_ctx": _spin(256, 1 << 20, step=256, unit="token"),
             "n_threads": _spin(0, 256, special="automatic"),
             "flash_attention": _combo(FLASH_ATTENTION),
+            "rpc_workers": _line("none: this machine only (e.g. 192.168.1.20:50052)"),
+            "tensor_split": _line("by free memory (e.g. 3,1)"),
             "system_prompt": system_prompt,
         }
 
@@ -326,6 +336,8 @@ def _set_value(editor: QWidget, value: Any) -> None:
         editor.setValue(float(value))
     elif isinstance(editor, QPlainTextEdit):
         editor.setPlainText(value)
+    elif isinstance(editor, QLineEdit):
+        editor.setText(value)
 
 
 def _get_value(editor: QWidget) -> Any:
@@ -345,4 +357,6 @@ def _get_value(editor: QWidget) -> Any:
         return round(editor.value(), editor.decimals())
     if isinstance(editor, QPlainTextEdit):
         return editor.toPlainText()
+    if isinstance(editor, QLineEdit):
+        return editor.text().strip()
     raise TypeError(f"no value for {type(editor).__name__}")

@@ -87,7 +87,7 @@ def test_outside_a_checkout_the_rebuild_is_one_pip_command(tmp_path, monkeypatch
         assert "-DCMAKE_C_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" in cmake_args
         no_amx = ProbeOutcome(False, "killed", records=[{"stage": "loaded", "system_info": "AVX2 = 1 |"}])
         portable = shlex.split(shlex.split(build_check.rebuild_command(no_amx))[0].removeprefix("CMAKE_ARGS="))
-        assert portable == list(build_variants.PORTABLE_AVX2)
+        assert portable == list(build_variants.portable().cmake_args) and "-DGGML_RPC=ON" in portable
 
 
 def test_library_files_are_the_installed_llama_cpp(monkeypatch, tmp_path):

@@ -48,7 +48,11 @@ def test_flash_attention_choice():
     # On the CPU: off, where it only costs speed; on, where batches must match single tokens.
     assert _flash_attn_type("auto", 0, exact=False) == ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
     assert _flash_attn_type("auto", 0, exact=True) == ll.LLAMA_FLASH_ATTN_TYPE_ENABLED
-    if not ll.llama_supports_gpu_offload():  # a CPU-only build: offloading asks for nothing
+    from app.backends import rpc
+
+    # llama_supports_gpu_offload says yes for any build with RPC in it, GPU or not: the
+    # choice goes by a GPU of this machine's own.
+    if not rpc.has_local_gpu():  # a CPU-only build (RPC or not): offloading asks for nothing
         assert _flash_attn_type("auto", 99, exact=False) == ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
     else:
         assert _flash_attn_type("auto", 99, exact=False) == ll.LLAMA_FLASH_ATTN_TYPE_AUTO

@@ -37,7 +37,7 @@ def real_probe(dies: bool):
     if dies:
         env[SIMULATE_ENV] = "SIGILL"
     outcome = run_probe_child(env=env)
-    return {"ok": outcome.ok, "detail": outcome.detail, "had_amx": outcome.had_amx}
+    return {"ok": outcome.ok, "detail": outcome.detail, "had_amx": outcome.had_amx, "rpc": outcome.has_rpc}
 
 
 def run_choice(setup, candidates, dying: set[str]):
@@ -96,7 +96,29 @@ def test_a_surviving_first_build_is_kept(setup):
 def test_cmake_args_survive_scikit_build_cores_split():
     for variant in [*build_variants.variants("cpu"), *build_variants.variants("cuda")]:
         assert tuple(shlex.split(variant.cmake_args_env)) == variant.cmake_args
-    assert build_variants.custom("-DA=1 '-DB=x y'").cmake_args == ("-DA=1", "-DB=x y")
+    assert build_variants.custom("-DA=1 '-DB=x y'").cmake_args == ("-DA=1", "-DB=x y", "-DGGML_RPC=ON")
+    assert build_variants.custom("-DGGML_RPC=OFF").cmake_args == ("-DGGML_RPC=OFF",)  # the user's word wins
+
+
+def test_every_variant_builds_the_rpc_backend():
+    for backend in build_variants.GPU_FLAGS:
+        for variant in [*build_variants.variants(backend), build_variants.portable(backend)]:
+            assert "-DGGML_RPC=ON" in variant.cmake_args, variant.name
+
+
+def test_a_build_that_should_have_rpc_and_has_not_fails(setup):
+    """A probe that passes on a build lacking the RPC backend it was built with: the next variant."""
+    installed: list[str] = []
+
+    def prove():
+        outcome = real_probe(False)
+        assert outcome["rpc"], "this machine's build has the RPC backend (set-up builds it so)"
+        return {**outcome, "rpc": installed[-1] != "native"}  # as a build without it reports itself
+
+    chosen, failures = setup.choose_build(build_variants.variants("cpu"), lambda v: installed.append(v.name),
+                                          prove, say=lambda *a, **k: None)
+    assert len(installed) == 2 and installed[0] == "native" and chosen.name == installed[1]
+    assert failures[0] == "native: built with -DGGML_RPC=ON, but it has no RPC backend"
 
 
 def test_wheels_are_kept_per_flags_and_native_ones_per_cpu(setup, monkeypatch, tmp_path):

@@ -174,3 +174,17 @@ def test_an_old_file_without_a_migration_is_set_aside(monkeypatch):
     write_document({"seed": 5}, version=1)
     loaded = load_settings()
     assert loaded.settings == Settings() and "version 1" in loaded.notice
+
+
+def test_rpc_workers_and_their_split_are_checked_kept_in_one_spelling_and_reach_the_load():
+    from app.session.config import ModelSpec
+
+    settings = Settings(rpc_workers=" 192.168.1.20:50052 , box:07 ", tensor_split="3/1")
+    assert (settings.rpc_workers, settings.tensor_split) == ("192.168.1.20:50052,box:7", "3,1")
+    spec = ModelSpec.from_settings(settings)
+    assert spec.rpc_workers == ("192.168.1.20:50052", "box:7") and spec.tensor_split == (3.0, 1.0)
+    assert ModelSpec.from_settings(Settings()).rpc_workers == ()
+    with pytest.raises(InvalidSettingError, match="host:port"):
+        Settings(rpc_workers="192.168.1.20")
+    with pytest.raises(InvalidSettingError, match="shares"):
+        Settings(tensor_split="1,x")

@@ -35,7 +35,7 @@ def test_values_round_trip(make_dialog):
                         draft_max=7, draft_min=2, p_min=0.35, copy_repeats=False, target_gpu_layers=20, draft_gpu_layers=0,
                         n_ctx=8192, n_threads=6, temperature=1.25, top_k=0, top_p=0.5, min_p=0.1, seed=42,
                         max_tokens=300, system_prompt="Line one\nline <two>", show_colours=False,
-                        window_geometry="AAAA")
+                        window_geometry="AAAA", rpc_workers="192.168.1.20:50052,box:7", tensor_split="3,1")
     assert make_dialog(settings).settings() == settings
     assert make_dialog(Settings()).settings() == Settings()
 
