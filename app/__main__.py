@@ -1,4 +1,4 @@
-"""``python -m app`` / ``tandem``: the chat window, or a headless command (see ``app.cli``)."""
+"""``python -m app`` / ``tandem``: the chat window, or a headless command (see ``app.cli.main``)."""
 
 import sys
 
@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
         from app.enginehost.main import main as engine
 
         return engine(argv[1:])
-    from app.cli import run
+    from app.cli.main import run
 
     return run(argv)
 

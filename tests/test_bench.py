@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.bench import BenchPrompt, Resampled, bench_specs, ideal_speedup, middle_run, read_prompts, summarize
+from app.bench.speedup import BenchPrompt, Resampled, bench_specs, ideal_speedup, middle_run, read_prompts, summarize
 from app.engine.types import COPY_MIN, Stats
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -147,7 +147,7 @@ def test_bench_refuses_zero_runs(tmp_path):
 def test_each_setting_keeps_its_own_policy():
     """measure hands every setting its own policy (auto's measurements from one setting
     must not steer another), the same one on every prompt and run."""
-    from app.bench import measure
+    from app.bench.speedup import measure
     from app.engine.draft_policy import AutoDraftLength, FixedDraftLength
     from app.engine.types import SpecConfig
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.bench_agent import AgentBenchError, read_sessions, summary
+from app.bench.agent import AgentBenchError, read_sessions, summary
 
 ROOT = Path(__file__).resolve().parent.parent
 

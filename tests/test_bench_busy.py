@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from app.bench import EDIT_WORKLOAD, WORKLOADS, BenchError, busy_comparison, prompts_path, read_prompts
-from app.bench_busy import busy_cores
+from app.bench.speedup import EDIT_WORKLOAD, WORKLOADS, BenchError, busy_comparison, prompts_path, read_prompts
+from app.bench.busy import busy_cores
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,7 +74,7 @@ def test_a_busy_child_ends_by_itself_at_its_time_limit():
 def test_a_busy_child_ends_when_its_parent_is_gone():
     """A bench killed outright: its spinners notice the parent is gone and stop."""
     parent = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from app.bench_busy import busy_cores\n"
+        [sys.executable, "-c", "import sys, time; from app.bench.busy import busy_cores\n"
          "with busy_cores(1) as c:\n print(c[0].pid, flush=True); time.sleep(60)"],
         stdout=subprocess.PIPE, text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     try:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.bench_methods import names
+from app.bench.methods import names
 
 ROOT = Path(__file__).resolve().parent.parent
 

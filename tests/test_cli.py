@@ -154,7 +154,7 @@ def test_bad_prompts_file(tmp_path):
 
 # -- llama.cpp's option names, values, exit codes ------------------------------------------------
 def test_llama_cpp_spellings_are_aliases_of_the_same_options():
-    from app.cli import build_parser
+    from app.cli.main import build_parser
 
     parser = build_parser()
     short = parser.parse_args(["generate", "-p", "hi", "-m", "t.gguf", "-md", "d.gguf", "-c", "512", "-n", "7",
@@ -172,7 +172,7 @@ def test_llama_cpp_spellings_are_aliases_of_the_same_options():
     assert (short.gpu_layers, short.draft_gpu_layers, short.p_min, short.temperature, short.threads, short.seed) \
         == (3, 1, 0.5, 0.3, 2, 5)
     # The same names before the command, and -ngl alone still sets both models.
-    from app.terminal import draft_gpu_layers
+    from app.terminal.shared import draft_gpu_layers
 
     before = parser.parse_args(["-m", "t.gguf", "-ngl", "0", "chat"])
     assert before.target == Path("t.gguf") and draft_gpu_layers(before) == 0
@@ -180,7 +180,7 @@ def test_llama_cpp_spellings_are_aliases_of_the_same_options():
 
 
 def test_every_option_says_its_default_in_the_help():
-    from app.cli import build_parser
+    from app.cli.main import build_parser
 
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, __import__("argparse")._SubParsersAction))

@@ -71,8 +71,8 @@ START_SCRIPT = r"""
 import sys
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
-from app.cli import build_parser
-from app.gui import launch
+from app.cli.main import build_parser
+from app.cli.gui import launch
 
 app = QApplication(sys.argv[:1])
 

@@ -10,7 +10,7 @@ falls on both alike:
 - ``cli``: the command line's path (``load_session``, then ``ChatSession.reply``), no window;
 - ``thread``: the window with the engine on a thread of its own process (as before);
 - ``process``: the window with its engine process, started before the window's own
-  modules are imported (as ``app.gui.launch`` does now);
+  modules are imported (as ``app.cli.gui.launch`` does now);
 - ``late`` (not in the default list): the engine process started by the window itself,
   once it is built (as the app did before), for a before/after figure in one run.
 
@@ -68,7 +68,7 @@ from PySide6.QtWidgets import QApplication
 
 app = QApplication([])
 client = None
-if mode == "process":  # as app.gui.launch does: the engine starts before the window's modules load
+if mode == "process":  # as app.cli.gui.launch does: the engine starts before the window's modules load
     from app.bridge.engine_process import EngineProcessClient
     client = EngineProcessClient()
 from app.storage.settings import LoadedSettings, Settings

@@ -158,8 +158,8 @@ def _vm_size(pid: int) -> int:
 def test_rpc_and_tensor_split_reach_the_target_on_every_command():
     """--rpc and --tensor-split (-ts, llama.cpp's names) on generate, chat, bench and serve,
     before or after the command, become the target's load; the draft has no such field."""
-    from app.cli import build_parser
-    from app.terminal import model_spec
+    from app.cli.main import build_parser
+    from app.terminal.shared import model_spec
 
     parser = build_parser()
     workers_given = ["--rpc", "10.0.0.2:50052,box:7", "-ts", "3,1"]

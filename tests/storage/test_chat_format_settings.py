@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from app.gui import chat_format_override
+from app.cli.gui import chat_format_override
 from app.storage.errors import InvalidSettingError
 from app.storage.settings import (MAX_CHAT_FORMATS, Settings, chat_format_for, load_settings,
                                   remembered_chat_format, save_settings, with_chat_format)
-from app.terminal import UsageError
+from app.terminal.shared import UsageError
 
 
 def test_formats_are_kept_per_file_and_round_trip(tmp_path):

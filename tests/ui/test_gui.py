@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from app.cli import build_parser
-from app.gui import has_display, settings_overrides
+from app.cli.main import build_parser
+from app.cli.gui import has_display, settings_overrides
 
 from .engine_processes import wait_gone
 
@@ -40,8 +40,8 @@ LAUNCH_SCRIPT = r"""
 import sys
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
-from app.cli import build_parser
-from app.gui import launch
+from app.cli.main import build_parser
+from app.cli.gui import launch
 
 app = QApplication(sys.argv[:1])
 
@@ -86,7 +86,7 @@ FAILING_BUILD_SCRIPT = r"""
 import sys
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox
-from app.cli import run
+from app.cli.main import run
 
 app = QApplication(sys.argv[:1])
 

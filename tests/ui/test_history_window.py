@@ -348,11 +348,11 @@ def test_a_window_without_a_store_has_no_sidebar_or_history_actions(make_window,
 
 
 def test_the_app_starts_with_its_history_and_sets_a_corrupt_file_aside(qtbot, qasync_loop, monkeypatch, tmp_path):
-    """``app.gui.launch`` opens the store from the data dir, gives it to the window and closes it."""
+    """``app.cli.gui.launch`` opens the store from the data dir, gives it to the window and closes it."""
     import app.bridge.async_glue
     import app.ui.resources
-    from app.cli import build_parser
-    from app.gui import launch
+    from app.cli.main import build_parser
+    from app.cli.gui import launch
     from PySide6.QtWidgets import QApplication
 
     database = paths.history_db()

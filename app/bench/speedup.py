@@ -8,11 +8,11 @@ counts (a moment of load elsewhere slows one run, not all of them); the overall
 speed-up carries a 95% interval from resampling the prompts, and auto is set
 against each fixed length prompt by prompt, so "auto beats 8" can be told from
 noise. ``--busy N`` runs everything twice, on the machine as it is and then with N
-busy-loop processes of its own (``bench_busy.py``), and sets the two side by side.
+busy-loop processes of its own (``bench/busy.py``), and sets the two side by side.
 ``--workload edit`` runs the edit requests shipped with Tandem (fix, rename, rewrite,
 translate back, over pasted code and text) instead of the default prompts;
 ``--workload agent`` replays multi-turn editing sessions through the HTTP API
-(``bench_agent.py``).
+(``bench/agent.py``).
 ``--copy both`` runs every setting with and without copying repeats
 (``SpecConfig.copy_min``) and sets the two against each other the same way.
 Next to the measured speed-up stands the ideal for the measured acceptance α,
@@ -37,9 +37,9 @@ from pathlib import Path
 
 import numpy as np
 
-from app.arg_types import regular_file, whole
+from app.terminal.arg_types import regular_file, whole
 from app.errors import TandemError
-from app.prompt_files import read_jsonl, text_field
+from app.terminal.prompt_files import read_jsonl, text_field
 from app.engine.draft_policy import draft_policy
 from app.engine.types import COPY_MIN, SamplingConfig, SpecConfig, Stats
 
@@ -47,11 +47,11 @@ DEFAULT_REPEAT = 3  # runs per prompt and setting when --repeat is not given
 NO_COPY = " nocopy"  # the label suffix of a setting run without copying repeats (--copy both)
 # Two prompts per Spec-Bench category, written for Tandem and shipped in the package, so the
 # bench runs from a pip install or the bundle; --prompts takes Spec-Bench's own files.
-DEFAULT_PROMPTS = Path(__file__).resolve().parent / "resources" / "bench_prompts.jsonl"
+DEFAULT_PROMPTS = Path(__file__).resolve().parents[1] / "resources" / "bench_prompts.jsonl"
 # Requests that rework what they quote, where copying pays most (``--workload edit``).
-EDIT_WORKLOAD = Path(__file__).resolve().parent / "resources" / "edit_workload.jsonl"
-# Multi-turn editing sessions, replayed through the HTTP API (``--workload agent``, bench_agent.py).
-AGENT_SESSIONS = Path(__file__).resolve().parent / "resources" / "agent_sessions.jsonl"
+EDIT_WORKLOAD = Path(__file__).resolve().parents[1] / "resources" / "edit_workload.jsonl"
+# Multi-turn editing sessions, replayed through the HTTP API (``--workload agent``, bench/agent.py).
+AGENT_SESSIONS = Path(__file__).resolve().parents[1] / "resources" / "agent_sessions.jsonl"
 WORKLOADS = {"default": DEFAULT_PROMPTS, "edit": EDIT_WORKLOAD, "agent": AGENT_SESSIONS}
 
 
@@ -204,7 +204,7 @@ def add_parser(commands, add_model_arguments) -> None:
     bench.add_argument("--tree", default="auto", metavar="auto|on|off[,...]",
                        help="token trees (SpecConfig.tree): auto (as in the app), on, off (lines only); a list "
                             "like off,on runs each, the later ones labelled \"auto tree=on\" (default: auto)")
-    from app import bench_methods
+    from app.bench import methods as bench_methods
 
     bench_methods.add_arguments(bench)
     bench.add_argument("--json", action="store_true", help="print the report as one JSON object")
@@ -428,11 +428,11 @@ def _threads_now(session) -> dict:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from app.bench_busy import busy_cores
-    from app.terminal import TerminalProgress, load
+    from app.bench.busy import busy_cores
+    from app.terminal.shared import TerminalProgress, load
 
     if args.workload == "agent":
-        from app.bench_agent import cmd_agent_bench
+        from app.bench.agent import cmd_agent_bench
 
         return cmd_agent_bench(args, _draft_settings(args.draft_max))
     if args.url:
@@ -443,7 +443,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     prompts = read_prompts(prompts_path(args), args.limit, categories)
     settings = _draft_settings(args.draft_max)
     progress = TerminalProgress()
-    from app import bench_methods
+    from app.bench import methods as bench_methods
 
     method = bench_methods.prepare(args, progress)  # chain / tree set --tree
     print(f"method {method}", file=sys.stderr)
@@ -483,7 +483,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 f"{phase} " + ", ".join(f"{model} {n}" for model, n in counts.items())
                 for phase, counts in threads.items()))
     if args.chart:
-        from app.bench_chart import save_chart
+        from app.bench.chart import save_chart
 
         save_chart(report, args.chart)
         print(f"chart written to {args.chart}", file=sys.stderr)

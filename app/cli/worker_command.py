@@ -15,8 +15,8 @@ import socket
 import sys
 import threading
 
-from app.arg_types import whole
-from app.terminal import UsageError
+from app.terminal.arg_types import whole
+from app.terminal.shared import UsageError
 from app.worker_address import DEFAULT_PORT
 
 REMOTE_WARNING = ("tandem: warning: the worker listens on {host}: anyone who can reach port {port} can use this "

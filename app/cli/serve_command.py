@@ -11,9 +11,9 @@ import argparse
 import os
 import sys
 
-from app.arg_types import whole
+from app.terminal.arg_types import whole
 from app.server.listening import bind, is_loopback, url_of, uvicorn_config
-from app.terminal import UsageError
+from app.terminal.shared import UsageError
 
 API_KEY_VARIABLE = "TANDEM_API_KEY"
 
@@ -47,7 +47,7 @@ def add_parser(subcommands, add_model_arguments, add_sampling_arguments) -> None
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from app.server.worker import EngineWorker
-    from app.terminal import TerminalProgress, load, spec_from, sampling_from
+    from app.terminal.shared import TerminalProgress, load, spec_from, sampling_from
 
     api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_VARIABLE) or None
     if not is_loopback(args.host) and not api_key:

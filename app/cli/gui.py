@@ -1,6 +1,6 @@
 """Open the chat window: QApplication, app icon and style, settings, qasync's event loop.
 
-Without any display to open it on (a Linux SSH session), ``app.cli`` starts the
+Without any display to open it on (a Linux SSH session), ``app.cli.main`` starts the
 terminal chat instead; ``has_display`` is how it tells.
 """
 
@@ -16,7 +16,7 @@ from app.backends.build_check import BuildCheck, check_llama_build
 from app.engine.types import DrafterKind
 from app.logs import FILE_ONLY
 
-# Command-line model options (app.cli) and the defaults they have when not given.
+# Command-line model options (app.cli.main) and the defaults they have when not given.
 _OVERRIDES = (("target", "target_path", None), ("draft", "draft_path", None), ("drafter", "drafter", DrafterKind.MODEL),
               ("n_ctx", "n_ctx", 4096), ("threads", "n_threads", 0), ("gpu_layers", "target_gpu_layers", -1),
               ("draft_gpu_layers", "draft_gpu_layers", None), ("flash_attn", "flash_attention", "auto"))
@@ -40,7 +40,7 @@ def chat_format_override(args: argparse.Namespace, settings) -> dict:
     if getattr(args, "chat_format", None) is None:
         return {}
     from app.storage.settings import with_chat_format
-    from app.terminal import chat_format
+    from app.terminal.shared import chat_format
 
     target = settings_overrides(args).get("target_path", settings.target_path)
     return {"chat_formats": with_chat_format(settings, target, chat_format(args)).chat_formats}

@@ -8,7 +8,7 @@ import sys
 
 
 def run_self_test(args: argparse.Namespace) -> int:
-    from app.terminal import TerminalProgress, load
+    from app.terminal.shared import TerminalProgress, load
 
     progress = TerminalProgress()
     session = load(args, progress)

@@ -1,6 +1,6 @@
 """The terminal's own commands: ``generate``, ``check-pair`` and ``chat``.
 
-Every expected failure is a ``TandemError`` and ends as one line on stderr (``app.cli``).
+Every expected failure is a ``TandemError`` and ends as one line on stderr (``app.cli.main``).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.engine.types import DrafterKind
-from app.prompt_files import read_jsonl, seed_field, text_field
-from app.terminal import (
+from app.terminal.prompt_files import read_jsonl, seed_field, text_field
+from app.terminal.shared import (
     TerminalProgress,
     UsageError,
     load,
@@ -150,7 +150,7 @@ def _load_engine(engine, args: argparse.Namespace, announce: bool = False):
     said once a chat); a death while loading is not retried (the crash-loop guard's rule):
     it ends the command in one line."""
     from app.session.engine_session import EngineDied
-    from app.terminal import model_spec, say_chat_format
+    from app.terminal.shared import model_spec, say_chat_format
 
     progress = TerminalProgress()
     spec = model_spec(args)

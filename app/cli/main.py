@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from app.arg_types import regular_file, utf8_text
+from app.terminal.arg_types import regular_file, utf8_text
 from app.errors import TandemError
 from app.logs import FILE_ONLY
-from app.terminal import UsageError, add_model_arguments, add_sampling_arguments, ensure_llama_runs
+from app.terminal.shared import UsageError, add_model_arguments, add_sampling_arguments, ensure_llama_runs
 
 
 class _Parser(argparse.ArgumentParser):
@@ -63,13 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_sampling_arguments(chat, default_draft_max="auto")
     chat.add_argument("--system", type=utf8_text, default="", help="system prompt (default: none)")
 
-    from app import draft_command  # make-draft defines its own options
+    from app.cli import draft_command  # make-draft defines its own options
     draft_command.add_parser(subcommands)
-    from app import bench  # the bench command defines its own options
+    from app.bench import speedup as bench  # the bench command defines its own options
     bench.add_parser(subcommands, add_model_arguments)
-    from app.server import command as serve  # the serve command defines its own options
+    from app.cli import serve_command as serve  # the serve command defines its own options
     serve.add_parser(subcommands, add_model_arguments, add_sampling_arguments)
-    from app import worker_command  # the worker command defines its own options
+    from app.cli import worker_command  # the worker command defines its own options
     worker_command.add_parser(subcommands)
     return parser
 
@@ -95,10 +95,10 @@ def run(argv: Sequence[str] | None = None) -> int:
     try:
         command = args.command
         if command is None and not args.self_test:
-            from app.gui import has_display
+            from app.cli.gui import has_display
 
             if has_display():
-                from app.gui import launch
+                from app.cli.gui import launch
 
                 return launch(args)
             # No display (an SSH session): the terminal chat, with chat's own defaults.
@@ -107,26 +107,26 @@ def run(argv: Sequence[str] | None = None) -> int:
             command = "chat"
         ensure_llama_runs()  # everything below loads models
         if args.self_test:
-            from app.selftest import run_self_test
+            from app.cli.selftest import run_self_test
 
             return run_self_test(args)
         if command == "bench":
-            from app import bench
+            from app.bench import speedup as bench
 
             return bench.cmd_bench(args)
         if command == "make-draft":
-            from app.draft_command import cmd_make_draft
+            from app.cli.draft_command import cmd_make_draft
 
             return cmd_make_draft(args)
         if command == "serve":
-            from app.server.command import cmd_serve
+            from app.cli.serve_command import cmd_serve
 
             return cmd_serve(args)
         if command == "worker":
-            from app.worker_command import cmd_worker
+            from app.cli.worker_command import cmd_worker
 
             return cmd_worker(args)
-        from app import commands
+        from app.cli import commands
 
         return {"generate": commands.cmd_generate, "chat": commands.cmd_chat,
                 "check-pair": commands.cmd_check_pair}[command](args)

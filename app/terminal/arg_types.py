@@ -1,5 +1,5 @@
 """Command-line value types: a bad value is one line from argparse (exit 2), never a
-traceback later. Shared by ``app.cli`` and ``app.bench``."""
+traceback later. Shared by ``app.cli.main`` and ``app.bench.speedup``."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from app.arg_types import whole
+from app.terminal.arg_types import whole
 
 
 def add_parser(commands) -> None:
@@ -36,7 +36,7 @@ def cmd_make_draft(args: argparse.Namespace) -> int:
     from app.engine.gguf_header import shown_name
     from app.engine.self_draft import plan_draft
     from app.storage.made_drafts import find_made
-    from app.terminal import TerminalProgress
+    from app.terminal.shared import TerminalProgress
 
     plan = plan_draft(args.target, args.variant, args.layers)
     layers = plan.keep_layers if plan.keep_layers < plan.n_layer else None

@@ -29,9 +29,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from app.errors import TandemError
-from app.prompt_files import read_jsonl, text_field
+from app.terminal.prompt_files import read_jsonl, text_field
 
-SESSIONS = Path(__file__).resolve().parent / "resources" / "agent_sessions.jsonl"
+SESSIONS = Path(__file__).resolve().parents[1] / "resources" / "agent_sessions.jsonl"
 MODES = ("speculative", "plain")
 REQUEST_SECONDS = 1800  # one turn on a slow machine; a hang guard, not a measurement
 
@@ -165,7 +165,7 @@ def local_server(args: argparse.Namespace, spec):
     from app.server.listening import BackgroundServer
     from app.server.requests import Defaults
     from app.server.worker import EngineWorker
-    from app.terminal import TerminalProgress, load
+    from app.terminal.shared import TerminalProgress, load
 
     worker = EngineWorker(lambda: load(args, TerminalProgress()))
     server = None

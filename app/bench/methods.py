@@ -58,7 +58,7 @@ def prepare(args: argparse.Namespace, progress: Callable) -> str:
 
 
 def add_arguments(bench: argparse.ArgumentParser) -> None:
-    from app.arg_types import whole
+    from app.terminal.arg_types import whole
     from app.engine.self_draft import DEFAULT_VARIANT, SMALL_TARGET_VARIANT
 
     bench.add_argument("--method", choices=names(), default="auto",

@@ -10,7 +10,7 @@ import logging
 import sys
 from pathlib import Path
 
-from app.arg_types import draft_max_value, real, seed_value, tensor_split, whole, worker_list
+from app.terminal.arg_types import draft_max_value, real, seed_value, tensor_split, whole, worker_list
 from app.engine.types import DrafterKind, SamplingConfig, SpecConfig
 from app.errors import TandemError
 from app.logs import FILE_ONLY

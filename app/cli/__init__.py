@@ -1,0 +1,1 @@
+"""The command line: `tandem`'s parser (main.py), its commands, and the launch of the window (gui.py)."""
