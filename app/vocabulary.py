@@ -37,6 +37,7 @@ class DrafterKind(enum.StrEnum):
 
     MODEL = "model"    # a small draft model
     LOOKUP = "lookup"  # prompt lookup: copies from the context, no model
+    LOOKAHEAD = "lookahead"  # lookahead decoding: the target's own n-gram pool, and copies, no model
     NONE = "none"      # no speculation
 
 

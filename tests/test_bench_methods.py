@@ -1,5 +1,6 @@
 """``tandem bench --method``: self makes (or reuses) a draft from the target, auto picks
-the draft made for a target given alone, and a method not in this build says so in one line."""
+the draft made for a target given alone, lookahead runs the target alone, and a method
+not in this build says so in one line."""
 
 from __future__ import annotations
 
@@ -37,12 +38,31 @@ def test_chain_and_tree_set_the_trees_the_bench_runs(demo_models, tmp_path):
         assert f"SpecConfig.tree {tree}" in result.stderr or (method == "chain" and "straight drafts" in result.stderr)
 
 
-@pytest.mark.parametrize("method", ["lookahead"])
-def test_a_method_not_in_this_build_says_so_in_one_line(tmp_path, method):
-    result = bench(tmp_path / "home", "--method", method, "--limit", "1", "--max-tokens", "4")
-    assert result.returncode == 1 and "Traceback" not in result.stderr
-    errors = [line for line in result.stderr.splitlines() if line.startswith("tandem: error:")]
-    assert len(errors) == 1 and f"--method {method}" in errors[0] and "not available in this build" in errors[0]
+def test_a_method_not_in_this_build_says_so_in_one_line(monkeypatch):
+    import argparse
+
+    from app.bench import methods as bench_methods
+
+    monkeypatch.setitem(bench_methods._METHODS, "medusa", bench_methods.Method("medusa", "heads trained to draft", None))
+    with pytest.raises(bench_methods.MethodUnavailable) as raised:
+        bench_methods.prepare(argparse.Namespace(method="medusa"), lambda *a: None)
+    message = str(raised.value)
+    assert "\n" not in message and "--method medusa" in message and "not available in this build" in message
+
+
+def test_lookahead_runs_the_target_alone_and_reports_its_window(demo_models, tmp_path):
+    """No draft model loads: the target's own window and pool (and copies) speculate."""
+    prompts = tmp_path / "one.jsonl"
+    prompts.write_text(json.dumps({"prompt": "Count from 1 to 20, separated by commas."}) + "\n")
+    result = bench(tmp_path / "home", "--method", "lookahead", "--prompts", str(prompts), "--max-tokens", "24",
+                   "--draft-max", "4", "--repeat", "1", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["method"] == "lookahead" and report["overall"]["prompts"] == 1
+    assert "method lookahead: the target alone, its Jacobi window" in result.stderr
+    window = report["lookahead"]
+    assert window["pool_ngrams"] > 0 and window["tokens_per_second_with_window"] > 0
+    assert f"lookahead: {window['note']}" in result.stderr
 
 
 def test_self_makes_a_draft_from_the_target_and_auto_then_uses_it(demo_models, tmp_path):

@@ -16,6 +16,7 @@ from app.backends.llama_cpp_backend import LlamaBackend
 from app.backends.model_check import require_model_runs
 from app.engine.drafters import Drafter, LookupDrafter, ModelDrafter
 from app.engine.errors import EngineError
+from app.engine.lookahead import LookaheadDrafter
 from app.engine.gguf_meta import Compatibility, check_compatibility, read_metadata
 from app.engine.speculative import SpeculativeEngine
 from app.engine.types import SPECULATION_OFF, DrafterKind
@@ -90,6 +91,8 @@ def load_pair(target_path: str | Path, draft_path: str | Path | None = None, *,
             note = "no draft model is set"
         elif drafter == DrafterKind.LOOKUP:
             chosen = LookupDrafter(target.n_vocab, eog_ids=target.eog_ids)
+        elif drafter == DrafterKind.LOOKAHEAD:
+            chosen = LookaheadDrafter(target.n_vocab, eog_ids=target.eog_ids)
         else:
             note = SPECULATION_OFF
     except BaseException:

@@ -8,8 +8,12 @@
   newest draft made from it, else the demo draft.
 - ``tree``: the draft model with token trees on wherever it is unsure (``SpecConfig.tree``);
   ``chain`` turns them off, ``auto`` leaves ``--tree`` as given (auto: the app's policy).
-- ``lookahead``: not in this build yet; it says so in one line. A build that has it
-  registers it here (``register``), so the flag's choices stay one list.
+- ``lookahead``: no draft model: the target's own n-gram pool (a Jacobi window in its
+  batches, ``engine/lookahead.py``) and copies; where the wider batch does not pay, its
+  policy stops carrying the window and the run says so.
+
+A method this build lacks is registered with no ``prepare`` and says so in one line, so
+the flag's choices stay one list.
 
 Each method prepares the command line's model options before the models load; the
 bench itself (``bench.py``) then runs as always.
@@ -84,6 +88,14 @@ def _tree(args: argparse.Namespace, progress: Callable) -> str:
     return "tree: the draft model, second candidates where it is unsure and forked copies (SpecConfig.tree on)"
 
 
+def _lookahead(args: argparse.Namespace, progress: Callable) -> str:
+    from app.engine.lookahead import NGRAM, WINDOW
+
+    args.drafter, args.draft = "lookahead", None
+    return (f"lookahead: the target alone, its Jacobi window ({WINDOW} columns, {NGRAM}-grams) "
+            "and copies from the context, no draft model")
+
+
 def _target(args: argparse.Namespace):
     if args.target:
         return args.target
@@ -129,6 +141,6 @@ def _auto(args: argparse.Namespace, progress: Callable) -> str:
 
 register("chain", "a draft model, straight drafts", _chain)
 register("tree", "token trees verified in one batch", _tree)
-register("lookahead", "the target's own n-gram pool, no draft", None)
+register("lookahead", "the target's own n-gram pool, no draft", _lookahead)
 register("self", "a draft made from the target (tandem make-draft)", _self)
 register("auto", "what the app would use for this target", _auto)

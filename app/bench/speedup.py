@@ -427,6 +427,17 @@ def _threads_now(session) -> dict:
     return counts
 
 
+def _lookahead_verdict(drafter) -> dict | None:
+    """What lookahead's policy concluded over the run (None: another drafter)."""
+    policy = getattr(drafter, "policy", None)
+    if policy is None or not hasattr(drafter, "pool"):
+        return None
+    on, off = policy.rates(None)
+    note = policy.note or (f"its window paid here ({on:.1f} tokens/s with it), kept" if on else "its window never rode")
+    return {"note": note, "window_off": policy.off, "tokens_per_second_with_window": round(on, 2),
+            "tokens_per_second_without": None if off is None else round(off, 2), "pool_ngrams": len(drafter.pool)}
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from app.bench.busy import busy_cores
     from app.terminal.shared import TerminalProgress, load
@@ -462,11 +473,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                  args.repeat, args.copy, trees)
             threads["busy"] = _threads_now(session)
         progress.done()
+        window = _lookahead_verdict(session.engine.drafter)
     finally:
         session.close()
+    if window is not None:
+        print(f"lookahead: {window['note']}", file=sys.stderr)
     if args.json:
         single = next(iter(report.values())) if len(report) == 1 else {"by_draft_max": report}
         single = {"method": args.method, **single}
+        if window is not None:
+            single["lookahead"] = window
         if busy is not None:
             single = {"busy_processes": args.busy, "quiet": single,
                       "busy": next(iter(busy.values())) if len(busy) == 1 else {"by_draft_max": busy},

@@ -272,8 +272,8 @@ class LookupDrafter:
             elif elsewhere is not None:
                 other, other_reach = elsewhere, _reach(*elsewhere, context)
         if not found:
-            return self._draft([], sampling, started)
-        draft = self._draft(self._copy(*found, max(n_max, min(stretch_to, reach // 2))), sampling, started)
+            return self.draft_of([], sampling, started)
+        draft = self.draft_of(self._copy(*found, max(n_max, min(stretch_to, reach // 2))), sampling, started)
         if other is not None:
             # The other place to copy from, where it says something else: a token tree
             # can verify both (the engine decides whether it does).
@@ -282,7 +282,8 @@ class LookupDrafter:
                 draft.other_copies.append(copied)
         return draft
 
-    def _draft(self, tokens: list[int], sampling: SamplingConfig, started: float) -> Draft:
+    def draft_of(self, tokens: list[int], sampling: SamplingConfig, started: float) -> Draft:
+        """``tokens`` as a deterministic draft (one-hot q when sampled), timed from ``started``."""
         draft = Draft(tokens=tokens, probs=[1.0] * len(tokens))
         if tokens:
             draft.step_seconds = [(time.perf_counter() - started) / len(tokens)] * len(tokens)

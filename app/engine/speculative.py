@@ -40,6 +40,11 @@ draft token, a second copy that disagrees), verified in one batch and accepted b
 recursive rejection over siblings; the backend keeps the accepted path, so the
 invariants below hold for trees as for lines.
 
+Lookahead (``lookahead.py``): a drafter with no model copies from the context and from
+the target's own n-gram pool; while its policy says the wider batch pays, the round's
+tree also carries its Jacobi window, whose outputs feed the pool. The window's nodes
+are deterministic guesses like the rest, so the walk may even keep some.
+
 Threads (``thread_policy.py``): where the user left the thread count to the engine,
 the step costs measured for the draft policy also choose each model's thread count,
 fewer while another program keeps a core busy; only how fast a step runs changes.
@@ -65,9 +70,10 @@ from app.engine.constraints import Constraint
 from app.engine.draft_policy import AutoDraftLength, DraftPolicy, FixedDraftLength
 from app.engine.drafters import CopySources, Draft, Drafter, LookupDrafter, common_prefix, constrained_draft
 from app.engine.errors import ContextOverflowError
+from app.engine.lookahead import JacobiWindow, LookaheadRound, lookahead_round
 from app.engine.thread_policy import threads_for
 from app.engine.target_rows import TargetRows
-from app.engine.tree_round import branch_for, grow_tree
+from app.engine.tree_round import branch_for, grow_tree, grows_trees
 from app.engine.types import (SPECULATION_OFF, DrafterKind, SamplingConfig, SpecConfig, Stats, StopReason,
                               TokenEvent, TokenKind)
 
@@ -178,6 +184,7 @@ class SpeculativeEngine:
                 # 1. Draft.
                 round_started = time.perf_counter()
                 draft, copied = Draft(), False
+                window = self._window(spec, constraint, logprobs, room, committed)
                 if spec is not None:
                     plan = policy.plan_round(room - 1)
                     # A copy costs no draft steps, so it is tried even where the policy
@@ -189,10 +196,12 @@ class SpeculativeEngine:
                         copied = len(draft) > 0
                         if not copied and plan.length >= spec.draft_min:
                             # Under a constraint the draft model drafts with its own fork of it.
+                            extra = ({"constraint": constraint} if constraint else
+                                     branch_for(self.drafter, target, plan.branch))
+                            if window is not None:  # the pool's other n-grams ride as branches
+                                extra = {"lines": grows_trees(target) - window.width}
                             draft = self.drafter.propose(committed, plan.length, sampling, rng,
-                                                         max(spec.p_min, plan.p_min), plan.go_on,
-                                                         **({"constraint": constraint} if constraint else
-                                                            branch_for(self.drafter, target, plan.branch)))
+                                                         max(spec.p_min, plan.p_min), plan.go_on, **extra)
                             policy.observe_draft(draft.step_seconds)
                             self.threads.observe_draft(draft.step_seconds, draft.step_cpu_seconds)
                         if constraint is not None:
@@ -203,8 +212,14 @@ class SpeculativeEngine:
                 # 2. Verify: one target batch, logits at the k+1 positions only (a tree: its nodes).
                 # Trees only where nothing but the acceptance rule judges a token (no grammar, no
                 # logprobs: those follow one line of rows).
-                shape = (grow_tree(committed[-1], draft, copied, plan.fork_copies, target)
-                         if spec and constraint is None and logprobs is None else None)
+                if window is not None:
+                    shape = lookahead_round(committed[-1], draft, window)
+                    if len(target.tokens) + len(shape.tree) > target.n_ctx:
+                        shape, window = None, None  # no room for the window at the end of the context
+                        draft.other_copies = []
+                else:
+                    shape = (grow_tree(committed[-1], draft, copied, plan.fork_copies, target)
+                             if spec and constraint is None and logprobs is None else None)
                 batch = [committed[-1], *draft.tokens]
                 cpu, t = time.process_time(), time.perf_counter()
                 rows = (target.evaluate(batch, range(len(batch))) if shape is None
@@ -234,6 +249,10 @@ class SpeculativeEngine:
                     draft, n_accepted = shape.as_line(path)
                     drafted = len(shape.tree) - 1
                     stats.tree_rounds += 1
+                    if window is not None:  # the window's outputs: its next iteration, the pool's n-grams
+                        window.advance(rows, len(path), self.drafter.pool)
+                        drafted = shape.guesses
+                        stats.lookahead_rounds += 1
                     stats.branch_tokens += n_accepted - judged_accepted
                     choice = _NO_ROWS
                 assert 0 <= n_accepted <= len(draft), "accepted more than was drafted"
@@ -260,7 +279,10 @@ class SpeculativeEngine:
                     if draft.tokens and shape is None:
                         policy.observe_overhead(time.perf_counter() - round_started - elapsed
                                                      - sum(draft.step_seconds) - draft.catchup_seconds)
-                if shape is not None:
+                if getattr(self.drafter, "kind", None) is DrafterKind.LOOKAHEAD:
+                    self.drafter.policy.observe(window is not None, len(new_tokens),
+                                                time.perf_counter() - round_started)
+                if shape is not None and not isinstance(shape, LookaheadRound):
                     policy.observe_tree(shape.tree, path, shape.kinds, time.perf_counter() - round_started - elapsed
                                         - sum(judged.step_seconds) - judged.catchup_seconds)
 
@@ -277,14 +299,30 @@ class SpeculativeEngine:
             stats.plain_step_seconds = plain_step_estimate(self._plain_steps.value, batch_steps)
             if self.drafter is not None:
                 stats.draft_seconds = self.drafter.seconds - draft_seconds0
+                if self.drafter.kind is DrafterKind.LOOKAHEAD:
+                    stats.lookahead_note = self.drafter.policy.note
+
+    def _window(self, spec: SpecConfig | None, constraint: Constraint | None, logprobs: int | None,
+                room: int, committed: list[int]) -> JacobiWindow | None:
+        """The lookahead drafter's Jacobi window, where this round's batch carries it: a
+        tree batch with room for it (whatever the walk keeps of it fits the reply), no
+        grammar or logprobs (those follow one line of rows), and its policy says it pays."""
+        drafter = self.drafter
+        if spec is None or drafter.kind is not DrafterKind.LOOKAHEAD or drafter.window is None:
+            return None
+        if constraint is not None or logprobs is not None or grows_trees(self.target) <= drafter.window.width:
+            return None
+        if drafter.window.depth > room - 1:
+            return None
+        return drafter.window if drafter.policy.carry(self._plain_steps.value) else None
 
     def _copy(self, committed: list[int], k: int, sampling: SamplingConfig, copy_min: int,
               sources: CopySources | None, k_room: int, stretch: bool) -> Draft:
         """What followed the latest earlier occurrence of the last ``copy_min`` tokens, in
-        the context (when the drafter is a model: prompt lookup copies by itself) or in
+        the context (when the drafter is a model: prompt lookup and lookahead copy by themselves) or in
         the reply's copy sources: ``k`` tokens, or with ``stretch`` up to ``k_room`` when
         the match reaches far back."""
-        own = self.drafter.kind is not DrafterKind.LOOKUP
+        own = self.drafter.kind not in (DrafterKind.LOOKUP, DrafterKind.LOOKAHEAD)
         if not copy_min or not (own or sources is not None):
             return Draft()
         if self._copier is None or self._copier.ngram_min != copy_min:

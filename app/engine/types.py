@@ -90,6 +90,8 @@ class Stats:
     rejections: int = 0      # rounds that ended with a correction
     tree_rounds: int = 0      # rounds whose guess was a token tree
     branch_tokens: int = 0    # of the accepted tokens, those a tree's other branches gave
+    lookahead_rounds: int = 0  # rounds whose batch carried lookahead's Jacobi window
+    lookahead_note: str = ""   # why lookahead stopped carrying it, when it did
     accepted_by_position: list[int] = field(default_factory=list)
     drafted_by_position: list[int] = field(default_factory=list)
     prompt_tokens: int = 0
@@ -182,6 +184,8 @@ class Stats:
             "copied_accepted": self.copied_accepted,
             "tree_rounds": self.tree_rounds,
             "branch_tokens": self.branch_tokens,
+            "lookahead_rounds": self.lookahead_rounds,
+            "lookahead_note": self.lookahead_note,
             "acceptance": round(self.acceptance, 4),
             "alpha": round(self.alpha, 4),
             "tokens_per_round": round(self.tokens_per_round, 4),

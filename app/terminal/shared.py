@@ -33,9 +33,11 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, in_command: bool = T
                        help="target GGUF, the model whose output you get (default: the demo target)")
     group.add_argument("--draft", "-md", "--model-draft", type=Path, metavar="GGUF", default=default(None),
                        help="draft GGUF, a small model of the same family (default: the demo draft)")
-    group.add_argument("--drafter", choices=[DrafterKind.MODEL.value, DrafterKind.LOOKUP.value],
+    group.add_argument("--drafter", choices=[DrafterKind.MODEL.value, DrafterKind.LOOKUP.value,
+                                             DrafterKind.LOOKAHEAD.value],
                        default=default(DrafterKind.MODEL.value),
-                       help="draft with a model or with prompt lookup, no model (default: model)")
+                       help="draft with a model, with prompt lookup, or with lookahead (the target's own "
+                            "n-gram pool and copies; no model) (default: model)")
     group.add_argument("--n-ctx", "-c", "--ctx-size", type=whole(16, 2**24), metavar="N", default=default(4096),
                        help="context size in tokens (default: 4096)")
     group.add_argument("--threads", "-t", type=whole(0, 1024), metavar="N", default=default(0),

@@ -105,6 +105,8 @@ class StatsPanel(QWidget):
         self.target_label.setToolTip(info.target_path)
         if info.drafter == DrafterKind.LOOKUP:
             self.draft_label.setText("prompt lookup (no model)")
+        elif info.drafter == DrafterKind.LOOKAHEAD:
+            self.draft_label.setText("lookahead (no model)")
         else:
             self.draft_label.setText(info.draft_name or "none")
         self.draft_label.setToolTip(info.draft_path)
