@@ -33,8 +33,10 @@ figures need a quiet machine (and on one machine, the workers share its cores).
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -71,6 +73,7 @@ def tandem_ggml() -> Path:
     spec = importlib.util.find_spec("llama_cpp")  # its path only: this process loads no llama.cpp
     lib = Path(spec.submodule_search_locations[0]) / "lib"
     folder = Path(tempfile.mkdtemp(prefix="rpc-latency-ggml-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
     for name in GGML_LIBS:
         if not (lib / name).is_file():
             raise SystemExit(f"no {name} in {lib}: pass --server-own-ggml to use llama-server's own")
