@@ -18,6 +18,7 @@ import threading
 from app.arg_types import whole
 from app.terminal import UsageError
 from app.worker_address import DEFAULT_PORT
+from app.worker_hello import gib
 
 REMOTE_WARNING = ("tandem: warning: the worker listens on {host}: anyone who can reach port {port} can use this "
                   "machine's {device} and read what is sent to it (llama.cpp's RPC has no password). "
@@ -70,7 +71,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     device_line = ", ".join(f"{d.name} ({d.description})" for d in devices)
     print(f"Tandem worker (llama.cpp RPC {'.'.join(map(str, rpc.PROTOCOL))}) on {host}:{port}", flush=True)
     for d in devices:
-        print(f"  device: {d.name} - {d.description} ({d.kind_name}), {_gib(d.free)} free of {_gib(d.total)}"
+        print(f"  device: {d.name} - {d.description} ({d.kind_name}), {gib(d.free)} free of {gib(d.total)}"
               + (f", {threads} threads" if d.kind == rpc.DEV_CPU else ""), flush=True)
     if remote:
         print(REMOTE_WARNING.format(host=host, port=port, device=device_line), file=sys.stderr, flush=True)
@@ -113,7 +114,3 @@ def _check_port_free(host: str, port: int) -> None:
     except OSError as exc:
         raise UsageError(f"cannot listen on {host}:{port} ({exc.strerror or exc}); is another worker there? "
                          "Choose another --port") from None
-
-
-def _gib(n: int) -> str:
-    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
