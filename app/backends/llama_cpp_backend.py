@@ -12,6 +12,7 @@ import collections
 import ctypes
 import logging
 import os
+import re
 import secrets
 import threading
 from pathlib import Path
@@ -53,6 +54,10 @@ _log_level = logging.INFO
 # While a target loads over RPC workers, llama.cpp's errors go to the log file only: a
 # failure there becomes one line naming the worker (app.backends.loader), not four.
 _quiet_load = False
+# Where llama.cpp put each of a split target's layers, as it says at DEBUG while loading
+# ("layer 12 assigned to device RPC1"): its own decision, not a recomputation of it.
+_LAYER_LINE = re.compile(r"load_tensors: layer +(\d+) assigned to device ([^,\s]+)")
+_layer_devices: dict[int, str] | None = None
 
 
 @ll.llama_log_callback
@@ -63,6 +68,8 @@ def _log_callback(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
     message = (text or b"").decode("utf-8", errors="replace").rstrip()
     if not message:
         return
+    if _layer_devices is not None and (said := _LAYER_LINE.search(message)):
+        _layer_devices[int(said.group(1))] = said.group(2)
     if _log_level >= logging.WARNING:
         _recent_errors.append(message)
     # llama.cpp is chatty at INFO; keep it at DEBUG unless it is a problem.
@@ -90,6 +97,17 @@ def system_info() -> dict[str, str]:
     return {"backend": kind, "system_info": info.strip(), "llama_cpp_python": ll.__version__}
 
 
+def _layer_split(assigned: dict[int, str], devices: Sequence[rpc.Device], n_layer: int) -> tuple[tuple[str, int], ...]:
+    """The repeating layers (not the output layer, llama.cpp's layer ``n_layer``) counted
+    by worker, in the devices' order, then "here" for this machine's devices together."""
+    endpoint = {d.name: d.endpoint for d in devices if d.endpoint}
+    counts: dict[str, int] = dict.fromkeys([d.endpoint for d in devices if d.endpoint] + ["here"], 0)
+    for layer, device in assigned.items():
+        if layer < n_layer:
+            counts[endpoint.get(device, "here")] += 1
+    return tuple(counts.items())
+
+
 def default_threads() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
 
@@ -111,6 +129,9 @@ class LlamaBackend:
         self._model = self._ctx = None
         self._batch = None
         self._workers: tuple[str, ...] = ()  # RPC workers its layers live on, while loaded
+        # Over workers: how many of its layers each holds, workers first, then "here"
+        # (this machine's devices together); () for a load without workers.
+        self.layer_split: tuple[tuple[str, int], ...] = ()
 
         mparams = ll.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers if n_gpu_layers >= 0 else 999
@@ -124,18 +145,22 @@ class LlamaBackend:
             # Returning False from the callback cancels the load.
             self._progress = ll.llama_progress_callback(lambda value, _u: progress(value) is not False)
             mparams.progress_callback = self._progress
-        global _quiet_load
+        global _quiet_load, _layer_devices
         _recent_errors.clear()
         _quiet_load = devices is not None
         if devices is not None:
             self._workers = rpc.hold(devices)  # from the load's first connection (close releases)
+            _layer_devices = {}
         try:
             self._load(path, mparams, n_ctx, n_threads, flash_attention, exact_batches)
+            if devices is not None:
+                self.layer_split = _layer_split(_layer_devices, devices, ll.llama_model_n_layer(self._model))
         except BaseException:
             self.close()  # what was made, and the workers held
             raise
         finally:
             _quiet_load = False
+            _layer_devices = None
 
     def _load(self, path: Path, mparams, n_ctx: int, n_threads: int, flash_attention: str,
               exact_batches: bool) -> None:

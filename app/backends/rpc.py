@@ -10,10 +10,10 @@ draft, always) then sees only this machine's devices, so the draft never crosses
 network.
 
 ggml aborts the process on any RPC failure (a worker not there, a handshake refused, a
-connection lost), so before ggml first connects to a worker, ``check_worker`` speaks
-the protocol's hello itself over a plain socket and turns each way it can fail into
-one line. A worker lost later still aborts: that is why llama.cpp runs in an engine
-process of its own (app/enginehost/).
+connection lost), so before ggml first connects to a worker, ``check_worker``
+(app/worker_hello.py) speaks the protocol's hello itself over a plain socket and turns
+each way it can fail into one line. A worker lost later still aborts: that is why
+llama.cpp runs in an engine process of its own (app/enginehost/).
 """
 
 from __future__ import annotations
@@ -21,28 +21,22 @@ from __future__ import annotations
 import collections
 import ctypes
 import re
-import socket
-import struct
 import threading
 from dataclasses import dataclass
 
-from app.engine.errors import EngineError
-
-# RPC_PROTO_{MAJOR,MINOR,PATCH}_VERSION of the vendored ggml-rpc.h (llama-cpp-python
-# 0.3.36). The client refuses a server whose major differs or whose minor is newer, and
-# so does check_worker. tests/backends/test_rpc.py asks a worker of this build for its
-# version, so an upgrade that changes it cannot go unnoticed.
-PROTOCOL = (7, 0, 0)
-HELLO = 14                 # RPC_CMD_HELLO, fixed across versions ("must be always 14")
-CONN_CAPS = 24             # RPC_CONN_CAPS_SIZE: the hello's transport capabilities (zeros: plain TCP)
-HELLO_TIMEOUT_S = 10.0     # connect + hello; a worker busy with another client never answers
+# The hello over a plain socket lives where the window can read it too; the names stay here.
+from app.worker_hello import (  # noqa: F401 — this module's names for them
+    CONN_CAPS,
+    HELLO,
+    HELLO_TIMEOUT_S,
+    PROTOCOL,
+    WorkerError,
+    check_worker,
+    hello,
+)
 
 # enum ggml_backend_dev_type
 DEV_CPU, DEV_GPU, DEV_IGPU, DEV_ACCEL, DEV_META = range(5)
-
-
-class WorkerError(EngineError):
-    """A worker that cannot be used; the message is one line and names it."""
 
 
 # -- ggml, through ctypes ------------------------------------------------------------------
@@ -158,61 +152,6 @@ def worker_devices() -> list[Device]:
     """What a worker serves: this machine's GPUs, else its CPU (rpc-server's own choice)."""
     devices = local_devices()
     return [d for d in devices if d.kind in (DEV_GPU, DEV_IGPU)] or [d for d in devices if d.kind == DEV_CPU][:1]
-
-
-# -- a worker, before ggml touches it -------------------------------------------------------
-def hello(endpoint: str, timeout: float = HELLO_TIMEOUT_S) -> tuple[int, int, int]:
-    """Connect and say the protocol's hello: the worker's (major, minor, patch). Raises
-    WorkerError in one line. The worker serves one client at a time, so this must not run
-    against a worker ggml is already connected to (``connect`` skips those)."""
-    host, _, port = endpoint.rpartition(":")
-    try:  # IPv4, as ggml's client resolves it (gethostbyname)
-        sock = socket.create_connection((socket.gethostbyname(host), int(port)), timeout=timeout)
-    except socket.gaierror:
-        raise WorkerError(f"worker {endpoint}: no such host") from None
-    except ConnectionRefusedError:
-        raise WorkerError(f"worker {endpoint} is not there (connection refused); start it with "
-                          f"'tandem worker --port {port}' on that machine") from None
-    except TimeoutError:
-        raise WorkerError(f"worker {endpoint} did not answer within {timeout:.0f} s (a firewall, or no such machine)") from None
-    except OSError as exc:
-        raise WorkerError(f"worker {endpoint} cannot be reached ({exc.strerror or exc})") from None
-    with sock:
-        try:
-            sock.sendall(struct.pack("<BQ", HELLO, CONN_CAPS) + bytes(CONN_CAPS))
-            size = struct.unpack("<Q", _receive(sock, 8))[0]
-            if size != 4 + CONN_CAPS:
-                raise WorkerError(f"worker {endpoint} is not a llama.cpp RPC worker of a version Tandem knows "
-                                  f"(a hello of {size} bytes)")
-            major, minor, patch = _receive(sock, size)[:3]
-        except TimeoutError:
-            raise WorkerError(f"worker {endpoint} accepted but did not answer within {timeout:.0f} s; a worker "
-                              "serves one client at a time: is another program using it?") from None
-        except (ConnectionError, EOFError):
-            raise WorkerError(f"worker {endpoint} closed the connection at the hello: it is not a llama.cpp "
-                              "RPC worker, or one of another protocol version") from None
-        except OSError as exc:
-            raise WorkerError(f"worker {endpoint}: {exc.strerror or exc} during the hello") from None
-    return major, minor, patch
-
-
-def _receive(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise EOFError
-        data += chunk
-    return data
-
-
-def check_worker(endpoint: str, timeout: float = HELLO_TIMEOUT_S) -> tuple[int, int, int]:
-    """The hello, and the version rule ggml's client applies (it aborts where this raises)."""
-    version = hello(endpoint, timeout)
-    if version[0] != PROTOCOL[0] or version[1] > PROTOCOL[1]:
-        raise WorkerError(f"worker {endpoint} speaks RPC protocol {'.'.join(map(str, version))}, this Tandem's "
-                          f"llama.cpp speaks {'.'.join(map(str, PROTOCOL))}; run the same llama.cpp version on both")
-    return version
 
 
 def connect(endpoints: tuple[str, ...] | list[str]) -> list[Device]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import os
 import socket
 import sys
 import threading
@@ -18,7 +19,9 @@ import threading
 from app.terminal.arg_types import whole
 from app.terminal.shared import UsageError
 from app.worker_address import DEFAULT_PORT
+from app.worker_hello import gib
 
+UNTIL_STDIN_CLOSES = "--until-stdin-closes"
 REMOTE_WARNING = ("tandem: warning: the worker listens on {host}: anyone who can reach port {port} can use this "
                   "machine's {device} and read what is sent to it (llama.cpp's RPC has no password). "
                   "Use it only on a network you trust.")
@@ -41,6 +44,9 @@ def add_parser(commands) -> None:
                         help="keep large tensors in a local cache, so a model sent again loads faster")
     worker.add_argument("--allow-remote", action="store_true",
                         help="allow an address other machines can reach (anyone who reaches the port can use it)")
+    # The window's File → Local worker… starts the worker with this: it ends when the
+    # window's end of its stdin closes, so a window that crashed leaves no worker behind.
+    worker.add_argument(UNTIL_STDIN_CLOSES, action="store_true", help=argparse.SUPPRESS)
 
 
 def is_loopback(host: str) -> bool:
@@ -70,7 +76,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     device_line = ", ".join(f"{d.name} ({d.description})" for d in devices)
     print(f"Tandem worker (llama.cpp RPC {'.'.join(map(str, rpc.PROTOCOL))}) on {host}:{port}", flush=True)
     for d in devices:
-        print(f"  device: {d.name} - {d.description} ({d.kind_name}), {_gib(d.free)} free of {_gib(d.total)}"
+        print(f"  device: {d.name} - {d.description} ({d.kind_name}), {gib(d.free)} free of {gib(d.total)}"
               + (f", {threads} threads" if d.kind == rpc.DEV_CPU else ""), flush=True)
     if remote:
         print(REMOTE_WARNING.format(host=host, port=port, device=device_line), file=sys.stderr, flush=True)
@@ -86,9 +92,22 @@ def cmd_worker(args: argparse.Namespace) -> int:
     server = threading.Thread(target=rpc.serve, args=(f"{host}:{port}", devices, threads, cache),
                               name="tandem-rpc-worker", daemon=True)
     server.start()
+    if args.until_stdin_closes:
+        threading.Thread(target=_exit_when_stdin_closes, name="tandem-worker-parent", daemon=True).start()
     while server.is_alive():
         server.join(0.5)
     raise UsageError(f"llama.cpp's RPC server stopped (it could not listen on {host}:{port}?)")
+
+
+def _exit_when_stdin_closes() -> None:
+    if sys.stdin is None:  # no stdin to watch (a frozen GUI start): nothing to wait for
+        return
+    try:
+        while sys.stdin.buffer.read(4096):
+            pass
+    except (OSError, ValueError):
+        pass
+    os._exit(0)  # ggml's loop cannot be asked to stop: the process goes
 
 
 def _chosen_devices(rpc, name: str | None):
@@ -113,7 +132,3 @@ def _check_port_free(host: str, port: int) -> None:
     except OSError as exc:
         raise UsageError(f"cannot listen on {host}:{port} ({exc.strerror or exc}); is another worker there? "
                          "Choose another --port") from None
-
-
-def _gib(n: int) -> str:
-    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"

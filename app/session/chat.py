@@ -30,6 +30,9 @@ class LoadInfo:
     failed_rule: str | None = None  # the compatibility rule a rejected draft failed
     compute: str = "CPU"       # llama.cpp's compute backend
     workers: tuple[str, ...] = ()  # the RPC workers (host:port) the target's layers are split over
+    # With workers: (where, how many of the target's layers), each worker then "here", as
+    # llama.cpp placed them; () without workers.
+    layers: tuple[tuple[str, int], ...] = ()
     n_ctx: int = 0             # the target's context, in tokens (0: unknown)
     n_ctx_train: int = 0       # the context the target was trained on (0: unknown)
     chat_format: str = ""      # the built-in chat format in use; '' for the file's own template

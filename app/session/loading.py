@@ -64,6 +64,7 @@ def load_session(spec: ModelSpec, progress: Progress | None = None) -> ChatSessi
         speculation_available=speculating, note=pair.engine.note,
         failed_rule=compatibility.rule if compatibility is not None and not compatibility.ok else None,
         compute=system_info()["backend"], workers=spec.rpc_workers,
+        layers=tuple(getattr(pair.target, "layer_split", ())),
         n_ctx=int(getattr(pair.target, "n_ctx", 0) or 0), n_ctx_train=int(getattr(pair.target, "n_ctx_train", 0) or 0))
     session = ChatSession(pair, info)
     session.set_chat_format(spec.chat_format)

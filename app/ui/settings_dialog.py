@@ -1,8 +1,8 @@
 """The settings dialog: one editor per ``Settings`` field, tooltips from its declaration.
 
 Display and emit only: the dialog returns a new ``Settings`` (validated by the
-dataclass itself) and asks, by signal, whether a draft fits a target; the window
-answers through ``show_compatibility``.
+dataclass itself) and asks, by signal, whether a draft fits a target and what a remote
+worker is; the window answers through ``show_compatibility`` and ``show_worker_test``.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 from app.engine.types import DrafterKind
 from app.errors import TandemError
 from app.ui.chat_format_chooser import ChatFormatChooser
+from app.ui.worker_list import WorkerList
 from app.storage.settings import Settings, options
 from app.vocabulary import DRAFT_MAX_RANGE
 
@@ -139,6 +140,7 @@ class PathEdit(QWidget):
 
 class SettingsDialog(QDialog):
     compatibility_check_requested = Signal(str, str)  # target path, draft path
+    worker_test_requested = Signal(str)  # a remote worker's host:port (Hardware → Test)
 
     def __init__(self, settings: Settings, parent: QWidget | None = None, *,
                  chat_formats: Sequence[str] = ()) -> None:
@@ -148,6 +150,7 @@ class SettingsDialog(QDialog):
         self._base = settings
         self.editors: dict[str, QWidget] = self._make_editors()
         self.editors["chat_formats"].set_names(chat_formats)
+        self.editors["rpc_workers"].test_requested.connect(self.worker_test_requested)
         descriptions = {o.name: o.description for o in options()}
 
         self.tabs = QTabWidget(self)
@@ -236,6 +239,9 @@ class SettingsDialog(QDialog):
             return
         super().accept()
 
+    def show_worker_test(self, endpoint: str, ok: bool, line: str) -> None:
+        self.editors["rpc_workers"].show_test(endpoint, ok, line)
+
     # --- the compatibility line ---------------------------------------------------------------
 
     def show_compatibility(self, target: str, draft: str, ok: bool, rule: str | None, reason: str) -> None:
@@ -315,14 +321,14 @@ class SettingsDialog(QDialog):
             "n_ctx": _spin(256, 1 << 20, step=256, unit="token"),
             "n_threads": _spin(0, 256, special="automatic"),
             "flash_attention": _combo(FLASH_ATTENTION),
-            "rpc_workers": _line("none: this machine only (e.g. 192.168.1.20:50052)"),
+            "rpc_workers": WorkerList(),
             "tensor_split": _line("by free memory (e.g. 3,1)"),
             "system_prompt": system_prompt,
         }
 
 
 def _set_value(editor: QWidget, value: Any) -> None:
-    if isinstance(editor, PathEdit):
+    if isinstance(editor, (PathEdit, WorkerList)):
         editor.setText(value)
     elif isinstance(editor, ChatFormatChooser):
         editor.set_choices(value)
@@ -341,7 +347,7 @@ def _set_value(editor: QWidget, value: Any) -> None:
 
 
 def _get_value(editor: QWidget) -> Any:
-    if isinstance(editor, PathEdit):
+    if isinstance(editor, (PathEdit, WorkerList)):
         return editor.text()
     if isinstance(editor, ChatFormatChooser):
         return editor.choices()

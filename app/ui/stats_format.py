@@ -32,6 +32,19 @@ def seconds(value: float) -> str:
     return f"{value:.1f} s" if abs(value) < 60 else f"{int(value // 60)} min {abs(value) % 60:.0f} s"
 
 
+def layer_places(layers) -> str:
+    """ "20 on 127.0.0.1:50052, 10 on 127.0.0.1:50053, 0 here" from ``LoadInfo.layers``."""
+    return ", ".join(f"{count} here" if where == "here" else f"{count} on {where}" for where, count in layers)
+
+
+def target_round(stats: Stats) -> str:
+    """The target's time per round (its verify batch), network included: ggml's RPC
+    client keeps no account of its time on the wire, so the share is not told apart."""
+    if not stats.rounds:
+        return "—"
+    return f"{stats.target_seconds / stats.rounds * 1000:.0f} ms (network share not measured)"
+
+
 def time_saved(stats: Stats) -> str | None:
     """What speculation saved against the target alone, e.g. "2.1 s saved · 1.4×" (None: unknown)."""
     saved, speedup = stats.seconds_saved, stats.speedup

@@ -8,7 +8,15 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFormLayout, QLabel, QVBoxLayout, QWidget
 
 from app.engine.types import DrafterKind, Stats
-from app.ui.stats_format import STOP_REASONS, context_in_view, percent, seconds, time_saved
+from app.ui.stats_format import (
+    STOP_REASONS,
+    context_in_view,
+    layer_places,
+    percent,
+    seconds,
+    target_round,
+    time_saved,
+)
 
 DASH = "—"
 
@@ -24,6 +32,8 @@ class LoadedPair(Protocol):
     speculation_available: bool
     note: str
     compute: str
+    workers: tuple[str, ...]
+    layers: tuple[tuple[str, int], ...]
 
 
 def _value_label(parent: QWidget, name: str) -> QLabel:
@@ -52,6 +62,12 @@ class StatsPanel(QWidget):
         self.target_label = _value_label(self, "targetModel")
         self.draft_label = _value_label(self, "draftModel")
         self.compute_label = _value_label(self, "compute")
+        self.layers_label = _value_label(self, "targetLayers")
+        self.layers_label.setToolTip("Where the target's layers are, as llama.cpp placed them over the "
+                                     "remote workers and this machine (the draft is always here)")
+        self.target_round_label = _value_label(self, "targetRound")
+        self.target_round_label.setToolTip("The target's time per round (verifying the guesses), the "
+                                           "network's round trips to the workers included")
         self.speculation_label = _value_label(self, "speculation")
         self.acceptance_label = _value_label(self, "acceptance")
         self.per_round_label = _value_label(self, "tokensPerRound")
@@ -72,11 +88,15 @@ class StatsPanel(QWidget):
         models.addRow("Target", self.target_label)
         models.addRow("Draft", self.draft_label)
         models.addRow("Runs on", self.compute_label)
+        models.addRow("Target layers", self.layers_label)
         models.addRow("Speculation", self.speculation_label)
+        self._models = models
 
         figures = QFormLayout()
         figures.addRow("Acceptance", self.acceptance_label)
         figures.addRow("Tokens/round", self.per_round_label)
+        figures.addRow("Target/round", self.target_round_label)
+        self._figures = figures
         figures.addRow("Accepted/drafted", self.drafted_label)
         figures.addRow("Tokens", self.tokens_label)
         figures.addRow("State", self.state_label)
@@ -93,6 +113,7 @@ class StatsPanel(QWidget):
         layout.addLayout(figures)
         layout.addSpacing(8)
         layout.addLayout(models)
+        self._show_split(False)
 
     def show_models(self, info: LoadedPair | None, status: str = "") -> None:
         """``info`` None: nothing loaded; ``status`` says why (loading…, failed)."""
@@ -100,7 +121,10 @@ class StatsPanel(QWidget):
             self.target_label.setText(status or DASH)
             self.draft_label.setText(DASH)
             self.compute_label.setText(DASH)
+            self._show_split(False)
             return
+        self._show_split(bool(info.workers))
+        self.layers_label.setText(layer_places(info.layers) if info.layers else DASH)
         self.target_label.setText(info.target_name)
         self.target_label.setToolTip(info.target_path)
         if info.drafter == DrafterKind.LOOKUP:
@@ -138,8 +162,14 @@ class StatsPanel(QWidget):
             for label in (self.acceptance_label, self.per_round_label, self.drafted_label):
                 label.setText("n/a (plain decoding)" if label is self.acceptance_label else DASH)
         self.tokens_label.setText(str(stats.tokens))
+        self.target_round_label.setText(target_round(stats))
         self.saved_label.setText(DASH if live else (time_saved(stats) or DASH))
         self.state_label.setText("generating…" if live else STOP_REASONS.get(stats.stop_reason, stats.stop_reason or DASH))
+
+    def _show_split(self, split: bool) -> None:
+        """The rows of a target split over remote workers, shown only then."""
+        self._models.setRowVisible(self.layers_label, split)
+        self._figures.setRowVisible(self.target_round_label, split)
 
     def show_context(self, prompt_tokens: int, used: int, n_ctx: int, n_ctx_train: int = 0) -> None:
         self.prompt_label.setText(f"{prompt_tokens:,} tokens")
@@ -156,7 +186,7 @@ class StatsPanel(QWidget):
     def clear_stats(self) -> None:
         self.speed_label.setText(DASH)
         self.speed_caption.setText("tokens per second")
-        for label in (self.acceptance_label, self.per_round_label, self.drafted_label,
+        for label in (self.acceptance_label, self.per_round_label, self.target_round_label, self.drafted_label,
                       self.tokens_label, self.state_label, self.saved_label, self.prompt_label,
                       self.context_label):
             label.setText(DASH)

@@ -56,6 +56,7 @@ from app.window.engine_controller import EngineController
 from app.window.help_controller import HelpController
 from app.window.history_controller import HistoryController
 from app.window.model_loading import APP_NAME, ModelLoading
+from app.window.local_worker import LocalWorkerController
 from app.window.server_controller import ServerController
 from app.window.first_run_controller import needs_first_run
 from app.window.steering import install_steering
@@ -114,6 +115,7 @@ class MainWindow(QMainWindow):
                                    dialog_parent=self)
         self.local_server = ServerController(self.client, lambda: self.settings, dialog_parent=self,
                                              save=self.prefs.save)
+        self.local_worker = LocalWorkerController(dialog_parent=self)
         self.models = ModelLoading(self.client, banner=self.load_banner, model_label=self.model_label,
                                    stats=self.side_panel.stats, composer=self.composer, notices=self.notices,
                                    settings=lambda: self.settings, say=say, set_title=self.setWindowTitle,
@@ -270,7 +272,7 @@ class MainWindow(QMainWindow):
                 menu.addActions(list(group))
 
         fill("&File", (self.new_chat_action,), history and history.file_actions,
-             (self.open_target_action, self.open_draft_action), self.steering.file_actions, (self.settings_action, *self.local_server.actions),
+             (self.open_target_action, self.open_draft_action), self.steering.file_actions, (self.settings_action, *self.local_server.actions, *self.local_worker.actions),
              (self.quit_action,))
         fill("&Chat", (self.stop_action, self.regenerate_action, self.copy_reply_action), (self.speculation_action,),
              history and history.chat_actions, self.engine and self.engine.actions)
@@ -476,6 +478,7 @@ class MainWindow(QMainWindow):
         if self.history is not None:
             self.history.shutdown()
         self.local_server.stop()  # its requests run on the engine thread: stop them first
+        self.local_worker.stop()  # a child process: none outlives the window
         self.client.shutdown()
         self.gpu_poller.stop()
         super().closeEvent(event)

@@ -3,8 +3,8 @@
 Command-line overrides apply to this session and are saved only if edited: what is
 in force (``settings``) and what is on disk are kept apart, and a change saves only the
 fields that changed. The dialog opens with ``open()`` (replies keep streaming), asks
-for compatibility checks off the UI thread (``PairChecker``), and an answer arriving
-after it closed reaches nothing. ``changed(Settings)`` follows every applied change.
+for compatibility checks and remote workers' Tests off the UI thread (``PairChecker``,
+``WorkerTester``), and an answer arriving after it closed reaches nothing. ``changed(Settings)`` follows every applied change.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from app.session.config import chat_format_names
 from app.storage.settings import LoadedSettings, Settings, save_settings
 from app.ui.notices import ERROR, NoticeArea
 from app.ui.settings_dialog import SettingsDialog
+from app.window.worker_test import WorkerTester
 
 SAVE_NOTICE_KEY = "save"
 
@@ -35,6 +36,8 @@ class SettingsController(QObject):
         self._dialog_parent = dialog_parent
         self._pair_checker = PairChecker(self)
         self._pair_checker.checked.connect(self._show_pair_check)
+        self._worker_tester = WorkerTester(self)
+        self._worker_tester.tested.connect(self._show_worker_test)
 
     def apply(self, settings: Settings) -> set[str]:
         """Use ``settings`` from now on; saves and returns the names of the fields that changed."""
@@ -71,6 +74,7 @@ class SettingsController(QObject):
         dialog = SettingsDialog(self.settings, self._dialog_parent, chat_formats=chat_format_names())
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.compatibility_check_requested.connect(self._pair_checker.check)
+        dialog.worker_test_requested.connect(self._worker_tester.test)
         dialog.accepted.connect(lambda: self.apply(dialog.settings()))
         dialog.finished.connect(lambda _result: self._forget_dialog(dialog))
         self.dialog = dialog
@@ -80,6 +84,10 @@ class SettingsController(QObject):
     def _show_pair_check(self, target: str, draft: str, ok: bool, rule: object, reason: str) -> None:
         if self.dialog is not None:
             self.dialog.show_compatibility(target, draft, ok, rule, reason)
+
+    def _show_worker_test(self, endpoint: str, ok: bool, line: str) -> None:
+        if self.dialog is not None:
+            self.dialog.show_worker_test(endpoint, ok, line)
 
     def _forget_dialog(self, dialog: SettingsDialog) -> None:
         # Closed dialogs delete themselves; an answer arriving later must not reach one.

@@ -57,3 +57,37 @@ def test_a_worker_killed_mid_reply_leaves_the_window_and_the_chat(make_window, d
         assert [m.role for m in window.chat_view.messages()] == ["user", "assistant"] * len(replies)
     finally:
         worker.kill()
+
+
+def _block_count(path) -> int:
+    from app.engine.gguf_header import scan_header
+
+    _, found = scan_header(Path(path), lambda key: key.endswith(".block_count"))
+    return int(next(value for key, value in found.items() if key.endswith(".block_count")))
+
+
+def test_the_side_panel_says_where_a_split_targets_layers_are_and_its_time_per_round(make_window, demo_models, qtbot):
+    from .conftest import send_and_wait
+
+    first, second = Worker(free_port()), Worker(free_port())
+    try:
+        first.wait_ready()
+        second.wait_ready()
+        window = make_window(demo_settings(demo_models, rpc_workers=f"{first.endpoint},{second.endpoint}",
+                                           tensor_split="2,1", n_threads=1))
+        wait_loaded(qtbot, window)
+        stats = window.side_panel.stats
+        # llama.cpp's own rule, for the layer count read from the file: layer i of n goes to
+        # the first device whose cumulative share passes i / (n + 1) (the output layer is n).
+        n = _block_count(demo_models.target)
+        on_first = sum(1 for i in range(n) if i / (n + 1) < 2 / 3)
+        expected = f"{on_first} on {first.endpoint}, {n - on_first} on {second.endpoint}, 0 here"
+        assert window.client.info.layers == ((first.endpoint, on_first), (second.endpoint, n - on_first), ("here", 0))
+        assert stats.layers_label.text() == expected and stats.layers_label.isVisibleTo(window)
+        send_and_wait(qtbot, window, "Hi")
+        shown = stats.target_round_label.text()
+        assert stats.target_round_label.isVisibleTo(window)
+        assert shown.endswith(" ms (network share not measured)") and int(shown.split()[0]) >= 0, shown
+    finally:
+        first.kill()
+        second.kill()
