@@ -60,3 +60,8 @@ def parse_split(text: str) -> tuple[float, ...]:
     if len(shares) > MAX_SPLIT:
         raise AddressError(f"the tensor split has {len(shares)} shares; llama.cpp takes at most {MAX_SPLIT}")
     return shares
+
+
+# ``tandem worker``'s hidden flag for a worker started by the window (File → Local worker…):
+# it ends when its stdin closes, so a window that dies leaves no worker behind.
+UNTIL_STDIN_CLOSES = "--until-stdin-closes"

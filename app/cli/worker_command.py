@@ -18,10 +18,9 @@ import threading
 
 from app.terminal.arg_types import whole
 from app.terminal.shared import UsageError
-from app.worker_address import DEFAULT_PORT
+from app.worker_address import DEFAULT_PORT, UNTIL_STDIN_CLOSES
 from app.worker_hello import gib
 
-UNTIL_STDIN_CLOSES = "--until-stdin-closes"
 REMOTE_WARNING = ("tandem: warning: the worker listens on {host}: anyone who can reach port {port} can use this "
                   "machine's {device} and read what is sent to it (llama.cpp's RPC has no password). "
                   "Use it only on a network you trust.")

@@ -20,7 +20,7 @@ from PySide6.QtWidgets import QWidget
 
 from app.ui.local_worker_dialog import LocalWorkerDialog
 from app.worker_address import DEFAULT_PORT
-from app.worker_command import UNTIL_STDIN_CLOSES
+from app.worker_address import UNTIL_STDIN_CLOSES
 
 ROOT = Path(__file__).resolve().parents[2]
 STOP_WAIT_MS = 10_000  # after a polite stop, before the kill: a worker holds nothing to save
