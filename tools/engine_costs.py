@@ -9,8 +9,8 @@ falls on both alike:
 
 - ``cli``: the command line's path (``load_session``, then ``ChatSession.reply``), no window;
 - ``thread``: the window with the engine on a thread of its own process (as before);
-- ``process``: the window with its engine process, started before the window's own
-  modules are imported (as ``app.cli.gui.launch`` does now);
+- ``process``: the window with its engine process, started and asked for the models
+  before the window's own modules are imported (as ``app.cli.gui.launch`` does now);
 - ``late`` (not in the default list): the engine process started by the window itself,
   once it is built (as the app did before), for a before/after figure in one run.
 
@@ -68,16 +68,19 @@ from PySide6.QtWidgets import QApplication
 
 app = QApplication([])
 client = None
-if mode == "process":  # as app.cli.gui.launch does: the engine starts before the window's modules load
-    from app.bridge.engine_process import EngineProcessClient
-    client = EngineProcessClient()
 from app.storage.settings import LoadedSettings, Settings
+settings = Settings(target_path=target, draft_path=draft, n_ctx=2048, max_tokens=max_tokens, temperature=0.0)
+if mode == "process":  # as app.cli.gui.launch does: the engine starts, and is asked for the
+    # models, before the window's modules load
+    from app.bridge.engine_process import EngineProcessClient
+    from app.cli.gui import start_loading
+    client = EngineProcessClient()
+    start_loading(client, settings)
 from app.window.main_window import MainWindow
 
 if mode == "thread":
     from app.bridge.worker import EngineClient
     client = EngineClient()
-settings = Settings(target_path=target, draft_path=draft, n_ctx=2048, max_tokens=max_tokens, temperature=0.0)
 window = MainWindow(LoadedSettings(settings, None), client=client)
 window.show()
 result = {}

@@ -121,7 +121,10 @@ class EngineProcessClient(QObject):
     # --- requests ---------------------------------------------------------------------------
 
     def load(self, spec: ModelSpec) -> None:
-        """(Re)load models, in a fresh engine if the last one died."""
+        """(Re)load models, in a fresh engine if the last one died. The very load under way
+        is not begun again: the app's start asks for it before the window is built."""
+        if spec == self._spec and self._loading and self.alive:
+            return
         self.stop()
         if not self.alive:
             self._start_engine()

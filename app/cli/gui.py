@@ -78,17 +78,19 @@ def launch(args: argparse.Namespace) -> int:
     from app.bridge.engine_process import EngineProcessClient
 
     client = EngineProcessClient()
+    from app.storage.settings import load_settings
+
+    loaded = load_settings()
+    overrides = settings_overrides(args) | chat_format_override(args, loaded.settings)
+    start_loading(client, loaded.settings.replace(**overrides))
 
     from app.bridge.async_glue import run_app
     from app.storage.history import HistoryStore
-    from app.storage.settings import load_settings
     from app.window.main_window import MainWindow
     from app.window.single_instance import present
 
     history = HistoryStore.open()  # never raises: a bad file is set aside, with a notice
     try:
-        loaded = load_settings()
-        overrides = settings_overrides(args) | chat_format_override(args, loaded.settings)
         window = MainWindow(loaded, overrides=overrides, history_store=history, first_run=True, client=client)
         instance.message_received.connect(lambda message: present(window, message))
         window.show()
@@ -97,6 +99,27 @@ def launch(args: argparse.Namespace) -> int:
         client.shutdown()  # nothing left running, whatever happened above
         history.close()  # the window has saved its last reply when it closed
         instance.release()
+
+
+def start_loading(client, settings) -> None:
+    """Ask the engine for the models the window will load, before the window is built: the
+    load runs while the window imports and builds itself, and the window's own request
+    for the same models joins it (``EngineProcessClient.load``). Not when the window would
+    not load at once: the first-run screen asks first, and the crash-loop guard refuses
+    the pair the last start died loading (the window says so)."""
+    from app.models.demo import needs_first_run
+    from app.session.config import ModelSpec
+    from app.storage import load_marker
+
+    crashed = load_marker.crashed_load()
+    if needs_first_run(settings) or (crashed is not None and crashed.matches(settings.target_path,
+                                                                             settings.draft_path)):
+        return
+    try:
+        spec = ModelSpec.from_settings(settings)
+    except Exception:  # noqa: BLE001 — a setting the window will refuse in its own words
+        return
+    client.load(spec)
 
 
 def first_instance(overrides: dict):

