@@ -119,9 +119,17 @@ def _version_rule(endpoint: str, version: tuple[int, int, int]) -> None:
 
 def check_worker(endpoint: str, timeout: float = HELLO_TIMEOUT_S) -> tuple[int, int, int]:
     """The hello, and the version rule ggml's client applies (it aborts where this raises)."""
-    version = hello(endpoint, timeout)
+    return timed_check(endpoint, timeout)[0]
+
+
+def timed_check(endpoint: str, timeout: float = HELLO_TIMEOUT_S) -> tuple[tuple[int, int, int], float]:
+    """``check_worker``'s version, and the hello's round trip in seconds: what each of the
+    target's passes pays per worker (one request answered per worker, as
+    ``tools/delay_proxy.py`` counts them)."""
+    with _connected(endpoint, timeout) as (_sock, version, rtt):
+        pass
     _version_rule(endpoint, version)
-    return version
+    return version, rtt
 
 
 def probe(endpoint: str, timeout: float = HELLO_TIMEOUT_S) -> WorkerReport:

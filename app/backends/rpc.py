@@ -32,6 +32,7 @@ from app.worker_hello import (  # noqa: F401 — this module's names for them
     PROTOCOL,
     WorkerError,
     check_worker,
+    timed_check,
     hello,
 )
 
@@ -47,6 +48,14 @@ _registered: dict[str, list[int]] = {}  # endpoint -> its devices (ggml keeps ea
 # of it is alive (its buffers and backends share the connection; the last to go closes it),
 # and reconnects, aborting if it cannot, when a model is loaded on it again.
 _in_use: collections.Counter[str] = collections.Counter()
+# endpoint -> the hello's round trip (seconds) at its last check: the network's cost of
+# one target pass on that worker, for the side panel's share of a round.
+_round_trip: dict[str, float] = {}
+
+
+def round_trips(endpoints) -> tuple[float, ...]:
+    """The round trip last measured to each of ``endpoints`` (0.0 where none was)."""
+    return tuple(_round_trip.get(endpoint, 0.0) for endpoint in endpoints)
 
 
 def _ggml() -> ctypes.CDLL:
@@ -161,7 +170,7 @@ def connect(endpoints: tuple[str, ...] | list[str]) -> list[Device]:
     with _lock:
         for endpoint in endpoints:
             if not _in_use[endpoint]:
-                check_worker(endpoint)
+                _round_trip[endpoint] = timed_check(endpoint)[1]
         add_server = _proc("ggml_backend_rpc_add_server", _ADD_SERVER)
         g = _ggml()
         out: list[Device] = []

@@ -33,6 +33,9 @@ class LoadInfo:
     # With workers: (where, how many of the target's layers), each worker then "here", as
     # llama.cpp placed them; () without workers.
     layers: tuple[tuple[str, int], ...] = ()
+    # With workers: the hello's round trip to each (seconds), measured before the load; a
+    # target pass makes one per worker, so their sum is the network's share of a round.
+    worker_rtt: tuple[float, ...] = ()
     n_ctx: int = 0             # the target's context, in tokens (0: unknown)
     n_ctx_train: int = 0       # the context the target was trained on (0: unknown)
     chat_format: str = ""      # the built-in chat format in use; '' for the file's own template

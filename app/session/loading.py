@@ -39,6 +39,7 @@ def resolve_paths(spec: ModelSpec, progress: Progress | None = None) -> tuple[Pa
 
 def load_session(spec: ModelSpec, progress: Progress | None = None) -> ChatSession:
     """Provision the demo pair when asked for it, then load with llama.cpp."""
+    from app.backends import rpc
     from app.backends.llama_cpp_backend import system_info
     from app.backends.loader import load_pair
 
@@ -65,6 +66,7 @@ def load_session(spec: ModelSpec, progress: Progress | None = None) -> ChatSessi
         failed_rule=compatibility.rule if compatibility is not None and not compatibility.ok else None,
         compute=system_info()["backend"], workers=spec.rpc_workers,
         layers=tuple(getattr(pair.target, "layer_split", ())),
+        worker_rtt=rpc.round_trips(spec.rpc_workers) if spec.rpc_workers else (),
         n_ctx=int(getattr(pair.target, "n_ctx", 0) or 0), n_ctx_train=int(getattr(pair.target, "n_ctx_train", 0) or 0))
     session = ChatSession(pair, info)
     session.set_chat_format(spec.chat_format)

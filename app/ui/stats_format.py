@@ -37,12 +37,18 @@ def layer_places(layers) -> str:
     return ", ".join(f"{count} here" if where == "here" else f"{count} on {where}" for where, count in layers)
 
 
-def target_round(stats: Stats) -> str:
-    """The target's time per round (its verify batch), network included: ggml's RPC
-    client keeps no account of its time on the wire, so the share is not told apart."""
+def target_round(stats: Stats, network_seconds: float = 0.0) -> str:
+    """The target's time per round (its verify batch), network included, and the network's
+    share of it. ggml's RPC client keeps no account of its time on the wire, so the share
+    is estimated: a target pass makes one round trip per worker, each as long as the
+    hello's measured before the load (``network_seconds`` is their sum)."""
     if not stats.rounds:
         return "—"
-    return f"{stats.target_seconds / stats.rounds * 1000:.0f} ms (network share not measured)"
+    per_round = stats.target_seconds / stats.rounds
+    if network_seconds <= 0 or per_round <= 0:
+        return f"{per_round * 1000:.0f} ms (network share not measured)"
+    share = min(1.0, network_seconds / per_round)
+    return f"{per_round * 1000:.0f} ms, network ≈ {network_seconds * 1000:.1f} ms ({share:.0%})"
 
 
 def time_saved(stats: Stats) -> str | None:

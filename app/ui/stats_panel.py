@@ -34,6 +34,7 @@ class LoadedPair(Protocol):
     compute: str
     workers: tuple[str, ...]
     layers: tuple[tuple[str, int], ...]
+    worker_rtt: tuple[float, ...]
 
 
 def _value_label(parent: QWidget, name: str) -> QLabel:
@@ -50,6 +51,7 @@ class StatsPanel(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self._network_seconds = 0.0  # the workers' round trips per target pass (the load's hello)
         self.speed_label = QLabel(DASH, self)
         self.speed_label.setObjectName("liveSpeed")
         font = self.speed_label.font()
@@ -124,6 +126,7 @@ class StatsPanel(QWidget):
             self._show_split(False)
             return
         self._show_split(bool(info.workers))
+        self._network_seconds = sum(info.worker_rtt)
         self.layers_label.setText(layer_places(info.layers) if info.layers else DASH)
         self.target_label.setText(info.target_name)
         self.target_label.setToolTip(info.target_path)
@@ -162,7 +165,7 @@ class StatsPanel(QWidget):
             for label in (self.acceptance_label, self.per_round_label, self.drafted_label):
                 label.setText("n/a (plain decoding)" if label is self.acceptance_label else DASH)
         self.tokens_label.setText(str(stats.tokens))
-        self.target_round_label.setText(target_round(stats))
+        self.target_round_label.setText(target_round(stats, self._network_seconds))
         self.saved_label.setText(DASH if live else (time_saved(stats) or DASH))
         self.state_label.setText("generating…" if live else STOP_REASONS.get(stats.stop_reason, stats.stop_reason or DASH))
 
