@@ -19,9 +19,20 @@ from app.bridge.worker import one_line
 
 
 def run_app(app: QApplication) -> int:
-    """Run ``app`` under qasync until its last window closes; returns the exit code."""
+    """Run ``app`` under qasync until its last window closes; returns the exit code.
+
+    The window may close before this coroutine first runs (the models load while the
+    window builds, so a window closed as soon as it is loaded closes in the loop's first
+    turn). Qt's own quit on the last window would then stop the loop under a future that
+    never completes; so the close is heard from before the loop starts, and this
+    coroutine, not Qt, ends the loop."""
+    closed_early: list[bool] = []
+    app.setQuitOnLastWindowClosed(False)
+    app.lastWindowClosed.connect(lambda: closed_early.append(True))
 
     async def until_last_window_closed() -> int:
+        if closed_early:
+            return 0
         closed = asyncio.get_running_loop().create_future()
         app.lastWindowClosed.connect(lambda: closed.done() or closed.set_result(0))
         return await closed

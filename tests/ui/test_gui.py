@@ -130,3 +130,30 @@ def test_a_llama_cpp_build_that_dies_is_explained_in_the_window(tandem_home):
     assert len(errors) == 1 and "Rebuild it with:" in errors[0] and "Traceback" not in result.stderr
     log = (tandem_home / "log" / "tandem.log").read_text(encoding="utf-8")
     assert "killed by SIGILL" in log  # and the log file has it, for a window started from a menu
+
+
+CLOSED_AT_ONCE_SCRIPT = r"""
+import sys
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication, QWidget
+from app.bridge.async_glue import run_app
+
+app = QApplication(sys.argv[:1])
+window = QWidget()
+window.show()
+QTimer.singleShot(0, window.close)  # closed in the loop's first turn, before run_app's coroutine runs
+print("RESULT", run_app(app), flush=True)
+"""
+
+
+def test_a_window_closed_in_the_loops_first_turn_ends_the_app_cleanly(tmp_path):
+    """The models load while the window builds, so a window can be loaded, and closed,
+    in the event loop's very first turn: the app still ends with 0, not a traceback."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", TANDEM_HOME=str(tmp_path))
+    result = subprocess.run([sys.executable, "-c", CLOSED_AT_ONCE_SCRIPT], env=env, capture_output=True, text=True,
+                            timeout=60, cwd=Path(__file__).resolve().parents[2])
+    assert result.returncode == 0 and "RESULT 0" in result.stdout, result.stderr[-2000:]
