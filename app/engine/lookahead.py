@@ -173,13 +173,16 @@ class LookaheadPolicy:
     three are measured, a plain step (one token) stands for them, and where none was
     measured either the policy runs rounds without the window to learn. It is judged after
     ``WARMUP`` rounds with it, and dropped after ``OFF_AFTER`` verdicts in a row that it
-    does not pay; then every ``PROBE_EVERY`` rounds it rides once more, so the verdict
-    follows the machine (a GPU, another program's load). ``mode`` "on" / "off" decides
+    does not pay; then after ``PROBE_EVERY`` rounds it rides once more, and again after
+    twice as many each time it still does not pay (up to ``PROBE_MOST``), so the verdict
+    follows the machine (a GPU, another program's load) while a window that costs many
+    steps (a batch of 24 is 18 steps on a CPU) costs almost nothing once it is known. ``mode`` "on" / "off" decides
     without measuring."""
 
     WARMUP = 8
     OFF_AFTER = 4
     PROBE_EVERY = 32
+    PROBE_MOST = 1024
     KEEP = 31  # rounds of each kind the rates are taken over
 
     def __init__(self, mode: LookaheadMode = "auto") -> None:
@@ -188,6 +191,9 @@ class LookaheadPolicy:
         self._without: deque[tuple[int, float]] = deque(maxlen=self.KEEP)
         self._votes = 0
         self._since_probe = 0
+        self._probe_every = self.PROBE_EVERY
+        self._probing = False
+        self._plain_seconds: float | None = None
         self.off = mode == "off"
         self.note = "lookahead is off" if self.off else ""
 
@@ -195,6 +201,7 @@ class LookaheadPolicy:
         """Does this round's batch carry the window? (Ask once a round.)"""
         if self.mode != "auto":
             return self.mode == "on"
+        self._plain_seconds = plain_seconds
         if len(self._with) >= self.WARMUP:
             on, off = self.rates(plain_seconds)
             if off is None:
@@ -204,14 +211,18 @@ class LookaheadPolicy:
                 if self._votes >= self.OFF_AFTER and not self.off:
                     self.off = True
                     self.note = (f"lookahead does not pay here: {on:.1f} tokens/s with its window, "
-                                 f"{off:.1f} without; off, probing every {self.PROBE_EVERY} rounds")
+                                 f"{off:.1f} without; off, tried again after {self.PROBE_EVERY} rounds, "
+                                 "then less often")
             else:
                 self._votes, self.off, self.note = 0, False, ""
+                self._probe_every = self.PROBE_EVERY
         if not self.off:
             return True
         self._since_probe += 1
-        if self._since_probe >= self.PROBE_EVERY:
+        if self._since_probe >= self._probe_every:
             self._since_probe = 0
+            self._probe_every = min(self._probe_every * 2, self.PROBE_MOST)  # reset when it pays again
+            self._probing = True
             return True
         return False
 
@@ -225,6 +236,17 @@ class LookaheadPolicy:
     def observe(self, carried: bool, tokens: int, seconds: float) -> None:
         """A round: whether it carried the window, the tokens it wrote and what it took."""
         (self._with if carried else self._without).append((tokens, max(seconds, 1e-9)))
+        if carried and self._probing:
+            # A probe is judged on its own round: the rounds kept from before it would
+            # outvote a machine that changed. One that pays turns the window back on, to
+            # be judged again after the warm-up on fresh rounds.
+            self._probing = False
+            off = self.rates(self._plain_seconds)[1]
+            if off is not None and tokens / max(seconds, 1e-9) >= off:
+                self._with.clear()
+                self._with.append((tokens, max(seconds, 1e-9)))
+                self._votes, self.off, self.note = 0, False, ""
+                self._probe_every = self.PROBE_EVERY
 
 
 def _rate(rounds: deque[tuple[int, float]]) -> float:

@@ -90,10 +90,11 @@ def test_the_window_makes_ngrams_of_its_columns_and_keeps_positions():
 def test_the_policy_drops_a_window_that_does_not_pay_and_says_so():
     """CPU-like costs: a round with the window writes 2 tokens in 60 ms, a plain step
     takes 20 ms. After the warm-up and the votes the window stops riding, the note
-    says why, and it comes back for one probe every PROBE_EVERY rounds."""
+    says why, and it comes back for a probe after PROBE_EVERY rounds, then after twice
+    as many each time it still does not pay."""
     policy = LookaheadPolicy()
     carried = []
-    for _ in range(60):
+    for _ in range(400):
         carry = policy.carry(plain_seconds=0.020)
         carried.append(carry)
         policy.observe(carry, 2 if carry else 1, 0.060 if carry else 0.020)
@@ -101,7 +102,22 @@ def test_the_policy_drops_a_window_that_does_not_pay_and_says_so():
     assert all(carried[:warm + LookaheadPolicy.OFF_AFTER - 1])
     assert policy.off and "does not pay" in policy.note
     later = carried[warm + LookaheadPolicy.OFF_AFTER:]
-    assert 1 <= sum(later) <= len(later) // LookaheadPolicy.PROBE_EVERY + 1
+    probes = [i for i, carry in enumerate(later) if carry]
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert len(probes) >= 3 and gaps == sorted(gaps) and gaps[-1] >= 2 * gaps[0], probes
+    assert gaps[0] >= LookaheadPolicy.PROBE_EVERY - 1
+
+
+def test_a_window_that_pays_again_is_probed_at_the_first_pace_again():
+    policy = LookaheadPolicy()
+    cost = {True: 0.060}
+    for n in range(600):
+        carry = policy.carry(plain_seconds=0.020)
+        policy.observe(carry, 2 if carry else 1, cost[True] if carry else 0.020)
+        if n == 300:
+            assert policy.off and policy._probe_every > LookaheadPolicy.PROBE_EVERY
+            cost[True] = 0.012  # the machine changed: the window pays now
+    assert not policy.off and policy._probe_every == LookaheadPolicy.PROBE_EVERY
 
 
 def test_the_policy_keeps_a_window_that_pays():
