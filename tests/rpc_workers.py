@@ -64,6 +64,18 @@ class Worker:
             self.process.stdout.close()
 
 
+def tandem(*args: str, home: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, timeout=timeout,
+                          env=tandem_env(TANDEM_HOME=str(home)), cwd=ROOT)
+
+
+def one_error_line(done: subprocess.CompletedProcess) -> str:
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("tandem: error:")]
+    assert len(errors) == 1, done.stderr
+    return errors[0]
+
+
 @contextmanager
 def workers(n: int, threads: int = 1):
     started = [Worker(free_port(), threads) for _ in range(n)]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import socket
 import struct
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -16,21 +15,9 @@ import pytest
 from app.backends import rpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rpc_workers import ROOT, Worker, free_port, tandem_env, workers  # noqa: E402
+from rpc_workers import Worker, free_port, one_error_line, tandem, workers  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not rpc.available(), reason="this llama.cpp build has no RPC backend")
-
-
-def tandem(*args: str, home: Path, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, timeout=timeout,
-                          env=tandem_env(TANDEM_HOME=str(home)), cwd=ROOT)
-
-
-def one_error_line(done: subprocess.CompletedProcess) -> str:
-    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
-    errors = [line for line in done.stderr.splitlines() if line.startswith("tandem: error:")]
-    assert len(errors) == 1, done.stderr
-    return errors[0]
 
 
 @pytest.fixture(scope="module")

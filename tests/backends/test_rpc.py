@@ -8,7 +8,6 @@ command, never in the test process.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,24 +19,12 @@ from app.session.config import ModelSpec
 from app.session.engine_session import EngineDied, EngineSession
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from rpc_workers import ROOT, Worker, free_port, tandem_env, workers  # noqa: E402
+from rpc_workers import Worker, free_port, one_error_line, tandem, tandem_env, workers  # noqa: E402
 
 needs_rpc = pytest.mark.skipif(not rpc.available(), reason="this llama.cpp build has no RPC backend")
 
 PROMPT = (("user", "Write a Python function that reverses a linked list."),)
 GREEDY = SamplingConfig(temperature=0.0, ignore_eos=True)
-
-
-def tandem(*args: str, home: Path, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, timeout=timeout,
-                          env=tandem_env(TANDEM_HOME=str(home)), cwd=ROOT)
-
-
-def one_error_line(done: subprocess.CompletedProcess) -> str:
-    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
-    errors = [line for line in done.stderr.splitlines() if line.startswith("tandem: error:")]
-    assert len(errors) == 1, done.stderr
-    return errors[0]
 
 
 def reply_ids(engine: EngineSession, spec: SpecConfig, max_tokens: int = 48) -> list[int]:
