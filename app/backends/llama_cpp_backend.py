@@ -97,17 +97,6 @@ def system_info() -> dict[str, str]:
     return {"backend": kind, "system_info": info.strip(), "llama_cpp_python": ll.__version__}
 
 
-def _layer_split(assigned: dict[int, str], devices: Sequence[rpc.Device], n_layer: int) -> tuple[tuple[str, int], ...]:
-    """The repeating layers (not the output layer, llama.cpp's layer ``n_layer``) counted
-    by worker, in the devices' order, then "here" for this machine's devices together."""
-    endpoint = {d.name: d.endpoint for d in devices if d.endpoint}
-    counts: dict[str, int] = dict.fromkeys([d.endpoint for d in devices if d.endpoint] + ["here"], 0)
-    for layer, device in assigned.items():
-        if layer < n_layer:
-            counts[endpoint.get(device, "here")] += 1
-    return tuple(counts.items())
-
-
 def default_threads() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
 
@@ -154,7 +143,7 @@ class LlamaBackend:
         try:
             self._load(path, mparams, n_ctx, n_threads, flash_attention, exact_batches)
             if devices is not None:
-                self.layer_split = _layer_split(_layer_devices, devices, ll.llama_model_n_layer(self._model))
+                self.layer_split = rpc.layer_split(_layer_devices, devices, ll.llama_model_n_layer(self._model))
         except BaseException:
             self.close()  # what was made, and the workers held
             raise

@@ -23,6 +23,7 @@ import ctypes
 import re
 import threading
 from dataclasses import dataclass
+from typing import Sequence
 
 # The hello over a plain socket lives where the window can read it too; the names stay here.
 from app.worker_hello import (  # noqa: F401 — this module's names for them
@@ -182,6 +183,19 @@ def connect(endpoints: tuple[str, ...] | list[str]) -> list[Device]:
                 _registered[endpoint] = [g.ggml_backend_reg_dev_get(reg, i) for i in range(g.ggml_backend_reg_dev_count(reg))]
             out += [_device(h, endpoint) for h in _registered[endpoint]]
         return out
+
+
+def layer_split(assigned: dict[int, str], devices: Sequence[Device], n_layer: int) -> tuple[tuple[str, int], ...]:
+    """Where llama.cpp put a split target (``assigned``: each layer's device name, as its
+    load log says): the repeating layers (not the output layer, llama.cpp's layer
+    ``n_layer``) counted by worker, in the devices' order, then "here" for this
+    machine's devices together."""
+    endpoint = {d.name: d.endpoint for d in devices if d.endpoint}
+    counts: dict[str, int] = dict.fromkeys([d.endpoint for d in devices if d.endpoint] + ["here"], 0)
+    for layer, device in assigned.items():
+        if layer < n_layer:
+            counts[endpoint.get(device, "here")] += 1
+    return tuple(counts.items())
 
 
 def hold(devices) -> tuple[str, ...]:
