@@ -109,6 +109,8 @@ def test_workload_option_picks_the_file_and_refuses_two_prompt_sets(tmp_path):
     assert prompts_path(args(prompts=own)) == own
     with pytest.raises(BenchError, match="--prompts and --workload"):
         prompts_path(args(prompts=own, workload="edit"))
+    assert prompts_path(args(workload="regenerate")) == WORKLOADS["default"]
+    assert prompts_path(args(prompts=own, workload="regenerate")) == own  # regenerates any prompts
 
 
 def test_the_cli_refuses_an_unknown_workload():
@@ -151,3 +153,21 @@ def test_bench_busy_edit_workload_tiny_run(demo_models):
     assert set(report["threads"]) == {"quiet", "busy"}
     assert len(seen_children) == 1
     assert not any(_alive(pid) for pid in seen_children)
+
+
+def test_the_regenerate_workload_copies_from_the_reply_it_replaces(demo_models):
+    """Each run regenerates the prompt's greedy reply with that reply as a copy source, as
+    Regenerate does in the app: at temperature 0 most of the new reply is copied from it,
+    where the same prompts without a replaced reply copy little."""
+    def bench(workload: str) -> dict:
+        result = subprocess.run(
+            [sys.executable, "-m", "app", "bench", "--workload", workload, "--limit", "2", "--max-tokens", "48",
+             "--repeat", "1", "--draft-max", "4", "--json"],
+            capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT, timeout=600)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)["overall"]
+
+    regenerated, first = bench("regenerate"), bench("default")
+    assert regenerated["prompts"] == first["prompts"] == 2
+    assert regenerated["copied_share"] > 0.5 > first["copied_share"]
+    assert regenerated["copy_acceptance"] > 0.9  # the greedy target writes the same reply again

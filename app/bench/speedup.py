@@ -11,6 +11,10 @@ noise. ``--busy N`` runs everything twice, on the machine as it is and then with
 busy-loop processes of its own (``bench/busy.py``), and sets the two side by side.
 ``--workload edit`` runs the edit requests shipped with Tandem (fix, rename, rewrite,
 translate back, over pasted code and text) instead of the default prompts;
+``--workload regenerate`` presses Regenerate on each prompt (the default ones, or
+``--prompts``): the reply being replaced (the target's own greedy reply, made once
+before the timed runs) is a copy source of every run, as ``ChatSession.reply(replaced=...)``
+makes it in the app;
 ``--workload agent`` replays multi-turn editing sessions through the HTTP API
 (``bench/agent.py``).
 ``--copy both`` runs every setting with and without copying repeats
@@ -52,7 +56,10 @@ DEFAULT_PROMPTS = Path(__file__).resolve().parents[1] / "resources" / "bench_pro
 EDIT_WORKLOAD = Path(__file__).resolve().parents[1] / "resources" / "edit_workload.jsonl"
 # Multi-turn editing sessions, replayed through the HTTP API (``--workload agent``, bench/agent.py).
 AGENT_SESSIONS = Path(__file__).resolve().parents[1] / "resources" / "agent_sessions.jsonl"
-WORKLOADS = {"default": DEFAULT_PROMPTS, "edit": EDIT_WORKLOAD, "agent": AGENT_SESSIONS}
+WORKLOADS = {"default": DEFAULT_PROMPTS, "edit": EDIT_WORKLOAD, "agent": AGENT_SESSIONS,
+             "regenerate": DEFAULT_PROMPTS}
+# Workloads whose runs each regenerate a reply: the one replaced is every run's copy source.
+REGENERATING = {"regenerate"}
 
 
 class BenchError(TandemError):
@@ -178,7 +185,9 @@ def add_parser(commands, add_model_arguments) -> None:
                             "(default: the workload's prompts)")
     bench.add_argument("--workload", choices=sorted(WORKLOADS), default="default",
                        help="prompts shipped with Tandem: default (26, two per Spec-Bench category), "
-                            "edit (fix, rename, rewrite and translate requests over pasted code and text) or "
+                            "edit (fix, rename, rewrite and translate requests over pasted code and text), "
+                            "regenerate (the default prompts' replies regenerated, the replaced reply a copy "
+                            "source) or "
                             "agent (5 multi-turn editing sessions replayed through the HTTP API, each turn "
                             "resending the history; --limit: sessions)")
     bench.add_argument("--turns", type=whole(1, what="a number of turns"), default=4,
@@ -250,18 +259,22 @@ def _tree_settings(value: str) -> list[str]:
 
 def run_bench(engine, target, prompts: list[BenchPrompt], draft_settings: list[int | str],
               max_tokens: int, progress=None, repeat: int = 1, copy: str = "on",
-              trees: Sequence[str] = ("auto",)) -> dict:
+              trees: Sequence[str] = ("auto",), regenerate: bool = False) -> dict:
     """Each prompt runs ``repeat`` times plainly and in every draft setting, in an
     order that rotates from run to run, so drift in machine load hits every
-    setting alike; the plain run is every setting's baseline for that prompt."""
+    setting alike; the plain run is every setting's baseline for that prompt.
+    ``regenerate``: each run replaces a reply (see ``measure``)."""
     specs = bench_specs(draft_settings, copy, trees)
-    runs = measure(engine, target, prompts, specs, max_tokens, progress, repeat)
+    runs = measure(engine, target, prompts, specs, max_tokens, progress, repeat, regenerate)
     return summarize(prompts, runs, list(specs))
 
 
 def measure(engine, target, prompts: list[BenchPrompt], settings: dict[str, SpecConfig],
-            max_tokens: int, progress=None, repeat: int = 1) -> list[dict[str, Stats]]:
-    """Per prompt, the middle run (see ``middle_run``) of each mode: "plain" and each setting."""
+            max_tokens: int, progress=None, repeat: int = 1, regenerate: bool = False) -> list[dict[str, Stats]]:
+    """Per prompt, the middle run (see ``middle_run``) of each mode: "plain" and each setting.
+    ``regenerate``: the prompt's greedy reply is made first, untimed, and every run is its
+    regeneration, with it as a copy source (plain decoding copies nothing, so it is the
+    same run either way)."""
     from app.engine.chat import build_messages, chat_tokens
 
     greedy = SamplingConfig(temperature=0.0)
@@ -275,11 +288,13 @@ def measure(engine, target, prompts: list[BenchPrompt], settings: dict[str, Spec
     picked: list[dict[str, Stats]] = []
     for index, prompt in enumerate(prompts):
         tokens = chat_tokens(target, build_messages([("user", prompt.text)]))
+        replaced = [replaced_reply(engine, tokens, max_tokens)] if regenerate else None
         runs: dict[str, list[Stats]] = defaultdict(list)
         for attempt in range(repeat):
             shift = (index * repeat + attempt) % len(modes)
             for mode in modes[shift:] + modes[:shift]:
-                generation = engine.generate(tokens, greedy, specs[mode], max_tokens, policy=policies[mode])
+                generation = engine.generate(tokens, greedy, specs[mode], max_tokens, policy=policies[mode],
+                                             copy_sources=replaced)
                 generation.run()
                 runs[mode].append(generation.stats)
                 done += 1
@@ -288,6 +303,14 @@ def measure(engine, target, prompts: list[BenchPrompt], settings: dict[str, Spec
                     progress(f"bench {index + 1}/{len(prompts)} {name}", done, total)
         picked.append({mode: middle_run(stats) for mode, stats in runs.items()})
     return picked
+
+
+def replaced_reply(engine, prompt: list[int], max_tokens: int) -> list[int]:
+    """The reply a regeneration replaces: the target's own greedy reply, plainly decoded,
+    as the session would copy from it (its text tokenized again, ``ChatSession.remember``)."""
+    generation = engine.generate(prompt, SamplingConfig(temperature=0.0), SpecConfig(enabled=False), max_tokens)
+    text = "".join(event.text for event in generation.run())
+    return engine.target.tokenize(text, add_special=False, parse_special=False)
 
 
 def middle_run(runs: list[Stats]) -> Stats:
@@ -388,8 +411,9 @@ def format_table(report: dict) -> str:
 
 
 def prompts_path(args: argparse.Namespace) -> Path:
-    """``--prompts`` or the ``--workload``'s file; both at once is a contradiction."""
-    if args.prompts is not None and args.workload != "default":
+    """``--prompts`` or the ``--workload``'s file; both at once is a contradiction, except
+    for a regenerating workload, which regenerates any prompts' replies."""
+    if args.prompts is not None and args.workload not in ("default", *REGENERATING):
         raise BenchError("--prompts and --workload name two prompt sets; give one of them")
     return args.prompts or WORKLOADS[args.workload]
 
@@ -464,13 +488,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     try:
         if session.engine.drafter is None:
             raise BenchError(f"Nothing to compare: {session.engine.note}")
+        regenerate = args.workload in REGENERATING
         report = run_bench(session.engine, session.target, prompts, settings, args.max_tokens, progress,
-                           args.repeat, args.copy, trees)
+                           args.repeat, args.copy, trees, regenerate)
         if args.busy:
             threads = {"quiet": _threads_now(session)}
             with busy_cores(args.busy):
                 busy = run_bench(session.engine, session.target, prompts, settings, args.max_tokens, progress,
-                                 args.repeat, args.copy, trees)
+                                 args.repeat, args.copy, trees, regenerate)
             threads["busy"] = _threads_now(session)
         progress.done()
         window = _lookahead_verdict(session.engine.drafter)
