@@ -32,8 +32,11 @@ machine pays nothing for the adaptive choice. A count's first window (the first
 reply's start) is cut short after ``EARLY_STEPS`` when its share already says busy:
 each of its steps costs two to three at the right count. In between (one busy core of eight
 takes only an eighth of the share) the step costs decide as above. A probe set off by
-the share is judged like any other, so where CPU time says little (a GPU that the
-threads wait for) it costs a window now and then, backing off the same way.
+the share is judged by the share first: where one thread fewer has its cores
+again, it stays unless its steps measured dearer than before (the window before may
+be a count's first two steps, too few to compare costs by). Where fewer threads do
+not cure the share (a GPU that the threads wait for), it is judged by its costs like
+any other probe, so it costs a window now and then, backing off the same way.
 
 A probe *up* needs a free core to pay, and the process's own share cannot see one:
 where the machine's idle time can be read (``machine_idle.py``, Linux), a probe up is
@@ -111,7 +114,7 @@ class ThreadChooser:
         self._cpu_known = True
         self._share_wait -= WINDOW
         idle = self._idle()
-        chosen = self._judge_probe(window) if self._probe else self._steady(window, share, idle)
+        chosen = self._judge_probe(window, share) if self._probe else self._steady(window, share, idle)
         if chosen is None or chosen == self.threads:
             return None
         self.threads = chosen
@@ -160,11 +163,17 @@ class ThreadChooser:
         self._since_probe = 0
         return threads
 
-    def _judge_probe(self, window: Window) -> int | None:
+    def _judge_probe(self, window: Window, share: float | None = None) -> int | None:
         left, before, by_share = self._probe
         self._probe = None
         ratio = _ratio(window, before)
-        if ratio is not None and ratio <= GAIN:
+        # A probe the share set off is judged by the share first: where one thread fewer
+        # got its cores back, it stays unless it measured dearer. Its costs alone would
+        # often send it back, since the window it is set against may be a count's first
+        # two steps (cheap by chance, or of other batch sizes), and under load every
+        # step at the barrier's pace can cost many at the right count (issue 25's trace).
+        cured = by_share and share is not None and share >= BUSY_SHARE
+        if (ratio is not None and ratio <= GAIN) or (cured and (ratio is None or ratio <= 1.0)):
             self._probe_every = PROBE_EVERY  # the machine changed: look around sooner
             self._share_wait = 0
             baseline = self._baseline.setdefault(self.threads, dict(window))

@@ -279,3 +279,29 @@ def test_backend_set_threads_is_what_llama_cpp_runs_with(q41_target, n):
         assert q41_target.threads == n
     finally:
         q41_target.set_threads(before)
+
+
+def test_a_probe_the_share_set_off_stays_where_fewer_threads_get_their_cores():
+    """Measured under `yes > /dev/null` (issue 25): one thread is often only a little
+    cheaper than two at the barrier's pace, less than GAIN, so costs alone sent the probe
+    back to two threads for a long wait. One thread has its core again (share 1.0) and
+    is not dearer: it stays, from the first probe on."""
+    close = {1: 1.9, 2: 2.0}
+    chooser = ThreadChooser(2, idle=Idle(0.0))
+    seen = run_measured(chooser, close, BUSY_CPU, 600)
+    assert seen[:EARLY_STEPS] == [2] * EARLY_STEPS and seen[EARLY_STEPS:] == [1] * (600 - EARLY_STEPS)
+    # The same probe in batches the first window never had (nothing to compare): kept too.
+    chooser = ThreadChooser(2, idle=Idle(0.0))
+    sizes = iter([1, 1] + [3] * 100)
+    for batch in sizes:
+        n = chooser.threads
+        chooser.observe(batch, close[n], close[n] * n * BUSY_CPU[n])
+    assert chooser.threads == 1 and chooser.switches == 1
+
+
+def test_a_probe_the_share_set_off_still_goes_back_where_fewer_threads_are_dearer():
+    """The share is low, one thread fewer gets its cores, but its steps cost more (more
+    cores than the one taken were doing useful work): the costs win, and the count goes back."""
+    chooser = ThreadChooser(2, idle=Idle(0.0))
+    seen = run_measured(chooser, {1: 2.6, 2: 2.0}, BUSY_CPU, 600)
+    assert chooser.threads == 2 and seen.count(1) / len(seen) < 0.1
