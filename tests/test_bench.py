@@ -158,7 +158,7 @@ def test_each_setting_keeps_its_own_policy():
         def __init__(self) -> None:
             self.handed: list[tuple[str, object]] = []
 
-        def generate(self, tokens, sampling, spec, max_tokens, *, policy):
+        def generate(self, tokens, sampling, spec, max_tokens, *, policy, copy_sources=None):
             self.handed.append((spec, policy))
             return type("Run", (), {"run": lambda self: [], "stats": Stats(tokens=1, seconds=1.0)})()
 
