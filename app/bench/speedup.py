@@ -58,8 +58,6 @@ EDIT_WORKLOAD = Path(__file__).resolve().parents[1] / "resources" / "edit_worklo
 AGENT_SESSIONS = Path(__file__).resolve().parents[1] / "resources" / "agent_sessions.jsonl"
 WORKLOADS = {"default": DEFAULT_PROMPTS, "edit": EDIT_WORKLOAD, "agent": AGENT_SESSIONS,
              "regenerate": DEFAULT_PROMPTS}
-# Workloads whose runs each regenerate a reply: the one replaced is every run's copy source.
-REGENERATING = {"regenerate"}
 
 
 class BenchError(TandemError):
@@ -412,8 +410,8 @@ def format_table(report: dict) -> str:
 
 def prompts_path(args: argparse.Namespace) -> Path:
     """``--prompts`` or the ``--workload``'s file; both at once is a contradiction, except
-    for a regenerating workload, which regenerates any prompts' replies."""
-    if args.prompts is not None and args.workload not in ("default", *REGENERATING):
+    for ``regenerate``, which regenerates any prompts' replies."""
+    if args.prompts is not None and args.workload not in ("default", "regenerate"):
         raise BenchError("--prompts and --workload name two prompt sets; give one of them")
     return args.prompts or WORKLOADS[args.workload]
 
@@ -488,7 +486,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     try:
         if session.engine.drafter is None:
             raise BenchError(f"Nothing to compare: {session.engine.note}")
-        regenerate = args.workload in REGENERATING
+        regenerate = args.workload == "regenerate"
         report = run_bench(session.engine, session.target, prompts, settings, args.max_tokens, progress,
                            args.repeat, args.copy, trees, regenerate)
         if args.busy:

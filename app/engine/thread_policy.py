@@ -163,7 +163,7 @@ class ThreadChooser:
         self._since_probe = 0
         return threads
 
-    def _judge_probe(self, window: Window, share: float | None = None) -> int | None:
+    def _judge_probe(self, window: Window, share: float | None) -> int | None:
         left, before, by_share = self._probe
         self._probe = None
         ratio = _ratio(window, before)
