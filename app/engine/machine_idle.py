@@ -29,12 +29,14 @@ def _allowed_cpus() -> set[int] | None:
 
 
 class MachineIdle:
-    """``idle()``: idle cores (0 .. cores) since the previous call, or None when unknown."""
+    """``idle()``: idle cores (0 .. cores) since the previous call (since the last look long
+    enough to tell, and its answer, when the call comes too soon), or None when unknown."""
 
     def __init__(self, path: str = STAT, cpus: set[int] | None = None) -> None:
         self._path = path
         self._cpus = _allowed_cpus() if cpus is None else cpus
         self._last = self._read()
+        self._answer: float | None = None  # the last look long enough to tell
 
     def _read(self) -> dict[int, tuple[int, int]] | None:
         """Per allowed CPU: (all jiffies, idle + iowait jiffies)."""
@@ -69,7 +71,11 @@ class MachineIdle:
                 continue
             seen = True
             idle += min(1.0, max(0.0, (free - before[1]) / (total - before[0])))
-        if not seen:  # too short to tell (a fast GPU's window): keep counting from the last look
-            return None
-        self._last = now
+        if not seen:
+            # Too short to tell (a fast GPU's window, or the draft's steps, which reach the
+            # chooser all at once after its draft): keep counting from the last look, and
+            # answer as it did. None here would read as "cannot be known", and the chooser
+            # would probe up onto a core that is taken.
+            return self._answer
+        self._last, self._answer = now, idle
         return idle

@@ -121,6 +121,22 @@ class ThreadChooser:
         self.switches += 1
         return chosen
 
+    def follow(self, threads: int) -> int | None:
+        """Take the count another model's chooser moved to, while this one has judged no
+        window of its own (None: it keeps its count). The draft's steps reach its chooser
+        only after each draft, all of them at the count it started with; a machine the
+        target found busy is busy for the draft too, so the draft's first drafts need not
+        pay a window at the barrier's pace to find it again."""
+        threads = min(max(threads, self.least), self.most)
+        if self._baseline or self._probe or threads == self.threads:
+            return None
+        self.threads = threads
+        self._window.clear()
+        self._filled = 0
+        self._cpu = 0.0
+        self._cpu_known = True
+        return threads
+
     def _share(self) -> float | None:
         wall = sum(sum(s) for s in self._window.values())
         return self._cpu / (wall * self.threads) if self._cpu_known and wall > 0 else None
@@ -192,7 +208,8 @@ class ThreadChooser:
 class AdaptiveThreads:
     """A chooser per adapting model (None: that model keeps its count), each applied
     through the model's ``set_threads``: target and draft are chosen separately, since
-    a small draft may run best on fewer threads than its target."""
+    a small draft may run best on fewer threads than its target. Until the draft's
+    chooser has judged a window of its own, it follows the target's (``follow``)."""
 
     def __init__(self, target: ThreadChooser | None, apply_target: Callable[[int], None] | None,
                  draft: ThreadChooser | None = None, apply_draft: Callable[[int], None] | None = None) -> None:
@@ -204,6 +221,9 @@ class AdaptiveThreads:
             chosen = self.target.observe(batch, seconds, cpu_seconds)
             if chosen is not None:
                 self._apply_target(chosen)
+                followed = self.draft.follow(chosen) if self.draft is not None else None
+                if followed is not None:
+                    self._apply_draft(followed)
 
     def observe_draft(self, step_seconds: Sequence[float], step_cpu: Sequence[float] | None = None) -> None:
         """A draft's step times (and CPU times); its first step (a batch of [d_k, bonus])

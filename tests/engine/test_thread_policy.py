@@ -188,16 +188,52 @@ def test_machine_idle_reads_the_allowed_cpus_of_proc_stat(tmp_path):
     idle = MachineIdle(str(stat), cpus={0, 1})
     write((100 + 50, 100 + 50), (100 + 100, 100))  # cpu0 half idle, cpu1 all busy
     assert idle.idle() == pytest.approx(0.5)
-    write((150 + MIN_JIFFIES - 1, 150), (200, 100))  # too short a look to tell: unknown ...
-    assert idle.idle() is None
+    write((150 + MIN_JIFFIES - 1, 150), (200, 100))  # too short a look to tell: the last answer ...
+    assert idle.idle() == pytest.approx(0.5)
     write((150 + 40, 150 + 40), (200, 100 + 80))  # ... and counted from the last real look
     assert idle.idle() == pytest.approx(1.5)
     only_cpu1 = MachineIdle(str(stat), cpus={1})
     write((190 + 100, 190 + 100), (200 + 100, 180))
     assert only_cpu1.idle() == pytest.approx(0.0)  # cpu0's idle is another container's
+    fresh = MachineIdle(str(stat), cpus={0, 1})
+    assert fresh.idle() is None  # too short a first look: nothing to answer yet
     assert MachineIdle(str(tmp_path / "missing")).idle() is None
     stat.write_text("cpu0 a b c\n")
     assert MachineIdle(str(stat)).idle() is None
+
+
+def test_windows_that_come_too_soon_to_read_the_machine_make_no_probe_up(tmp_path):
+    """The draft's steps reach its chooser all at once after each draft, so its windows
+    can end microseconds apart, too soon for /proc/stat to tell (issue 25's trace: each
+    such look read as "unknown" and set off a probe up onto the taken core). The last
+    look that could tell (no core idle) still answers."""
+    from app.engine.machine_idle import MachineIdle
+
+    stat = tmp_path / "stat"
+    stat.write_text("cpu0 100 0 0 100 0 0 0 0\ncpu1 100 0 0 100 0 0 0 0\n")
+    idle = MachineIdle(str(stat), cpus={0, 1})
+    stat.write_text("cpu0 200 0 0 100 0 0 0 0\ncpu1 200 0 0 100 0 0 0 0\n")  # both cores busy
+    assert idle.idle() == pytest.approx(0.0)
+    chooser = ThreadChooser(2, idle=idle.idle)  # from here every look comes too soon
+    seen = run_measured(chooser, ONE_CORE_BUSY, BUSY_CPU, 3000)
+    assert seen[EARLY_STEPS:] == [1] * (3000 - EARLY_STEPS)
+
+
+def test_the_draft_follows_the_target_until_it_has_judged_a_window_of_its_own():
+    """A spec reply after plain ones: the target found the machine busy, so the draft's
+    first draft runs at the target's count, not at the barrier's pace."""
+    applied = {"target": [], "draft": []}
+    threads = AdaptiveThreads(ThreadChooser(2, idle=Idle(0.0)), applied["target"].append,
+                              ThreadChooser(2, idle=Idle(0.0)), applied["draft"].append)
+    for _ in range(4 * WINDOW):  # plain steps only: the draft sees none
+        n = threads.target.threads
+        threads.observe_verify(1, ONE_CORE_BUSY[n], ONE_CORE_BUSY[n] * n * BUSY_CPU[n])
+    assert threads.target.threads == 1
+    assert applied["draft"] == [1] and threads.draft.threads == 1
+    for _ in range(4):  # its own windows now: it keeps what it measured
+        threads.observe_draft([0.1] * WINDOW, [0.1] * WINDOW)
+    before = list(applied["draft"])
+    assert threads.draft.follow(2) is None and applied["draft"] == before
 
 
 def test_quiet_busy_quiet_with_cpu_times():
