@@ -108,10 +108,7 @@ class ThreadChooser:
             return None
         window = {b: _median(s) for b, s in self._window.items()}
         share = self._share()
-        self._window.clear()
-        self._filled = 0
-        self._cpu = 0.0
-        self._cpu_known = True
+        self._new_window()
         self._share_wait -= WINDOW
         idle = self._idle()
         chosen = self._judge_probe(window, share) if self._probe else self._steady(window, share, idle)
@@ -131,11 +128,14 @@ class ThreadChooser:
         if self._baseline or self._probe or threads == self.threads:
             return None
         self.threads = threads
+        self._new_window()
+        return threads
+
+    def _new_window(self) -> None:
         self._window.clear()
         self._filled = 0
         self._cpu = 0.0
         self._cpu_known = True
-        return threads
 
     def _share(self) -> float | None:
         wall = sum(sum(s) for s in self._window.values())
