@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.bench.speedup import BenchPrompt, Resampled, bench_specs, ideal_speedup, middle_run, read_prompts, summarize
+from app.bench.report import Resampled, ideal_speedup, middle_run, summarize
+from app.bench.speedup import BenchPrompt, bench_specs, read_prompts
 from app.engine.types import COPY_MIN, Stats
 
 ROOT = Path(__file__).resolve().parent.parent

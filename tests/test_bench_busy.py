@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from app.bench.speedup import EDIT_WORKLOAD, WORKLOADS, BenchError, busy_comparison, prompts_path, read_prompts
+from app.bench.report import busy_comparison
+from app.bench.speedup import EDIT_WORKLOAD, WORKLOADS, BenchError, prompts_path, read_prompts
 from app.bench.busy import busy_cores
 
 ROOT = Path(__file__).resolve().parent.parent
