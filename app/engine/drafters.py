@@ -10,7 +10,6 @@ summaries, RAG). With a draft model the engine uses a stricter lookup first
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
@@ -19,6 +18,7 @@ import numpy as np
 
 from app.engine.backend import ModelBackend
 from app.engine.constraints import Constraint, ConstraintError, constrained_argmax, constrained_dist, trim_to_constraint
+from app.engine.copy_sources import CopySources
 from app.engine.sampling import sample, warp
 from app.engine.types import DrafterKind, SamplingConfig
 
@@ -334,89 +334,6 @@ def _reach(source: Sequence[int], start: int, context: Sequence[int]) -> int:
     while n < REACH_MOST and n < start and n < len(context) and source[start - 1 - n] == context[-1 - n]:
         n += 1
     return n
-
-
-class CopySources:
-    """Token sequences to copy from beyond the current context, indexed by their n-grams.
-
-    ``add`` a sequence (most relevant last: of equal matches the latest added wins);
-    ``find`` the latest occurrence of the context's last ``n`` tokens. Bounded: past
-    ``max_tokens`` the oldest sequences go (down to three quarters of the bound, so
-    the index is rebuilt now and then rather than on every add). The index keys are
-    hashes of n-grams and every hit is checked against its tokens, so a collision can
-    hide an occurrence but never propose a wrong one. Adding and finding may happen
-    on different threads.
-    """
-
-    def __init__(self, n: int, max_tokens: int = 200_000) -> None:
-        if n < 1:
-            raise ValueError("a copy source needs n-grams of at least one token")
-        self.n = n
-        self.max_tokens = max(max_tokens, n + 1)
-        self._lock = threading.Lock()
-        self._sources: dict[int, list[int]] = {}   # insertion order is age
-        self._next_id = 0
-        self._tokens = 0
-        self._index: dict[int, int] = {}           # hash of n tokens -> source id << 32 | position after them
-
-    def __len__(self) -> int:
-        """Tokens held."""
-        return self._tokens
-
-    @property
-    def sources(self) -> int:
-        return len(self._sources)
-
-    def add(self, tokens: Sequence[int]) -> None:
-        tokens = list(tokens)[-self.max_tokens:]
-        if len(tokens) <= self.n:
-            return  # nothing could follow a match
-        with self._lock:
-            source_id, self._next_id = self._next_id, self._next_id + 1
-            self._sources[source_id] = tokens
-            self._tokens += len(tokens)
-            if self._tokens > self.max_tokens:
-                self._evict(keep=self.max_tokens * 3 // 4)
-            else:
-                self._index_one(source_id, tokens)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._sources.clear()
-            self._index.clear()
-            self._tokens = 0
-
-    def find(self, context: Sequence[int]) -> tuple[list[int], int] | None:
-        """(source, start): ``source[start:]`` followed the latest occurrence of the
-        context's last ``n`` tokens; None when they occur nowhere."""
-        n = self.n
-        if len(context) < n:
-            return None
-        tail = list(context[-n:])
-        with self._lock:
-            hit = self._index.get(hash(tuple(tail)))
-            if hit is None:
-                return None
-            source = self._sources.get(hit >> 32)
-        start = hit & 0xFFFFFFFF
-        if source is None or source[start - n:start] != tail:
-            return None
-        return source, start
-
-    def _index_one(self, source_id: int, tokens: list[int]) -> None:
-        n, index, tag = self.n, self._index, source_id << 32
-        # Only positions with a token after them: a match must have something to copy.
-        for i in range(n, len(tokens)):
-            index[hash(tuple(tokens[i - n:i]))] = tag | i
-
-    def _evict(self, keep: int) -> None:
-        """Drop the oldest sources (never the newest) until at most ``keep`` tokens stay; rebuild."""
-        while self._tokens > keep and len(self._sources) > 1:
-            oldest = next(iter(self._sources))
-            self._tokens -= len(self._sources.pop(oldest))
-        self._index.clear()
-        for source_id, tokens in self._sources.items():
-            self._index_one(source_id, tokens)
 
 
 def constrained_draft(draft: Draft, constraint: Constraint) -> Draft:

@@ -18,7 +18,7 @@ costs no draft steps, it is tried even in a round the policy plans as a plain st
 and with ``draft_max="auto"`` a match that reaches far back copies further than the
 round's plan (half the match's length, up to ``COPY_MOST``); a fixed length is kept.
 ``generate(copy_sources=...)`` adds what the user already has to copy from (the reply
-a regeneration replaces, other chats: ``drafters.CopySources``), judged the same way.
+a regeneration replaces, other chats: ``copy_sources.CopySources``), judged the same way.
 
 Acceptance (``sampling.py``): greedy keeps d_i while it equals the target's
 argmax; sampled keeps d_i with probability min(1, p(d_i)/q(d_i)) and on the first
@@ -68,7 +68,8 @@ from app.engine.detokenize import StreamingDetokenizer, token_display_text
 from app.engine.draft_costs import RecentCost
 from app.engine.constraints import Constraint
 from app.engine.draft_policy import AutoDraftLength, DraftPolicy, FixedDraftLength
-from app.engine.drafters import CopySources, Draft, Drafter, LookupDrafter, common_prefix, constrained_draft
+from app.engine.copy_sources import CopySources
+from app.engine.drafters import Draft, Drafter, LookupDrafter, common_prefix, constrained_draft
 from app.engine.errors import ContextOverflowError
 from app.engine.lookahead import JacobiWindow, LookaheadRound, lookahead_round
 from app.engine.thread_policy import threads_for

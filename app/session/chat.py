@@ -8,7 +8,7 @@ from typing import Iterable, NamedTuple, Sequence
 
 from app.engine import chat_formats
 from app.engine.chat import conversation_prompt, stop_renders_on, template_error
-from app.engine.drafters import CopySources
+from app.engine.copy_sources import CopySources
 from app.engine.speculative import Generation
 from app.engine.types import COPY_MIN, DrafterKind, SamplingConfig, SpecConfig
 

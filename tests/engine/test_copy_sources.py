@@ -9,7 +9,8 @@ import random
 import numpy as np
 import pytest
 
-from app.engine.drafters import CopySources, LookupDrafter
+from app.engine.copy_sources import CopySources
+from app.engine.drafters import LookupDrafter
 from app.engine.types import COPY_MIN, SamplingConfig, SpecConfig
 
 GREEDY = SamplingConfig(temperature=0.0)
