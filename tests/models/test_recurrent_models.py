@@ -121,6 +121,21 @@ def test_the_continuation_depends_on_an_early_token(arch, loaded):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
+def test_verification_sized_batches_give_the_single_token_logits(arch, loaded):
+    # What exact speculation rests on: the Q8_0 target scores a batch of a round's size
+    # (here 9) bit for bit as it scores the same tokens one at a time.
+    model = loaded(arch)
+    prompt = _prompt(model)
+    tokens, singles = _greedy(model, prompt, 18)
+    model.evaluate(prompt[:-1], [])
+    rest = prompt[-1:] + tokens[:-1]
+    batched = np.concatenate([model.evaluate(rest[i:i + 9], range(len(rest[i:i + 9])))
+                              for i in range(0, len(rest), 9)])
+    model.trim(0)
+    assert np.array_equal(batched, np.array(singles))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
 def test_the_draft_is_a_quantised_copy(arch, recurrent_pairs, loaded):
     target = loaded(arch)
     draft = LlamaBackend(recurrent_pairs[arch][1], n_ctx=512, n_threads=1)
