@@ -121,6 +121,42 @@ def test_the_continuation_depends_on_an_early_token(arch, loaded):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
+def test_llama_cpp_rolls_back_exactly_the_architectures_the_table_says(arch, loaded):
+    # The table's rs_rollback column against llama.cpp itself: a context asking for
+    # n_rs_seq snapshots keeps them only where llm_arch_supports_rs_rollback says so, and
+    # only there does removing the last tokens succeed -- and then it is exact: the
+    # tokens decoded again give the logits they gave the first time.
+    model = loaded(arch)
+    cparams = ll.llama_context_default_params()
+    cparams.n_ctx, cparams.n_batch, cparams.n_ubatch, cparams.n_seq_max = 256, 64, 64, 1
+    cparams.n_threads = cparams.n_threads_batch = 1
+    cparams.n_rs_seq = 4
+    ctx = ll.llama_init_from_model(model._model, cparams)
+    assert ctx
+    batch = ll.llama_batch_init(64, 0, 1)
+    try:
+        def decode(tokens: list[int], start: int) -> np.ndarray:
+            for i, token in enumerate(tokens):
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, start + i, 1
+                batch.seq_id[i][0], batch.logits[i] = 0, True
+            batch.n_tokens = len(tokens)
+            assert ll.llama_decode(ctx, batch) == 0
+            return np.ctypeslib.as_array(ll.llama_get_logits(ctx), shape=(len(tokens), model.n_vocab)).copy()
+
+        prompt = _prompt(model)[:12]
+        first = decode(prompt, 0)
+        memory = ll.llama_get_memory(ctx)
+        rolled_back = ll.llama_memory_seq_rm(memory, 0, 10, -1)
+        assert (ll.llama_n_rs_seq(ctx) > 0) == ARCHITECTURES[arch].rs_rollback
+        assert rolled_back == ARCHITECTURES[arch].rs_rollback
+        if rolled_back:
+            assert np.array_equal(decode(prompt[10:], 10), first[10:])
+    finally:
+        ll.llama_batch_free(batch)
+        ll.llama_free(ctx)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
 def test_verification_sized_batches_give_the_single_token_logits(arch, loaded):
     # What exact speculation rests on: the Q8_0 target scores a batch of a round's size
     # (here 9) bit for bit as it scores the same tokens one at a time.
