@@ -36,8 +36,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-# The layer that attends in a hybrid's stack: the others keep a recurrent state.
-ATTENTION_LAYER = 2
+# In a hybrid's stack every third layer attends (2, 5, 8, ...); the others keep a
+# recurrent state. Qwen 3.5 says the same with its full_attention_interval.
+ATTENTION_INTERVAL = 3
 
 
 @dataclass(frozen=True)
@@ -52,10 +53,22 @@ class Shape:
     n_ctx: int = 8192        # the context it claims to be trained on (llama.cpp's n_ctx_train)
     d_state: int = 16        # SSM state per channel (Mamba) / per head (Mamba-2, gated delta net)
     d_conv: int = 4          # causal convolution width (the short conv's cache is d_conv - 1)
-    ssm_heads: int = 8       # Mamba-2 heads; Qwen 3.5's value heads use half of them
-    ssm_groups: int = 1      # Mamba-2 groups of B and C; Qwen 3.5's key heads
+    ssm_heads: int = 8       # Mamba-2 heads; Qwen 3.5 has half as many value heads
+    ssm_groups: int = 1      # Mamba-2 groups of B and C; Qwen 3.5's key heads (dividing its value heads)
     logit_std: float = 3.0   # spread of the logits over the vocabulary
     mixer_gain: float = 1.5  # a mixer's output against the token embedding in the residual
+
+    def __post_init__(self) -> None:
+        # What llama.cpp asserts of these sizes (at load or at the first decode), said first.
+        for whole, part, what in ((self.n_embd, self.n_head, "n_embd by n_head"),
+                                  (self.n_head, self.n_head_kv, "n_head by n_head_kv"),
+                                  (self.d_inner, self.ssm_heads, "d_inner (2 n_embd) by ssm_heads"),
+                                  (self.d_inner, self.ssm_groups, "d_inner (2 n_embd) by ssm_groups"),
+                                  (self.ssm_heads // 2, self.ssm_groups, "ssm_heads / 2 by ssm_groups")):
+            if part <= 0 or whole % part:
+                raise ValueError(f"Shape: {what} must divide evenly ({whole} / {part})")
+        if self.d_conv < 2:
+            raise ValueError(f"Shape: d_conv must be at least 2, not {self.d_conv}")
 
     @property
     def head_dim(self) -> int:
@@ -171,7 +184,7 @@ def _kv_heads(s: Shape, attends: Callable[[int], bool]) -> list[int]:
 
 
 def _is_attention(i: int) -> bool:
-    return i == ATTENTION_LAYER
+    return i % ATTENTION_INTERVAL == ATTENTION_INTERVAL - 1
 
 
 # -- the architectures ----------------------------------------------------------------
@@ -228,15 +241,15 @@ def _granite_hybrid(s: Shape) -> tuple[dict[str, Any], list[Tensor]]:
 
 def _qwen35(s: Shape) -> tuple[dict[str, Any], list[Tensor]]:
     # Gated delta net: key heads of d_state, value heads of d_state (llama.cpp's state is
-    # d_state x d_state per value head), as many value heads as a multiple of key heads.
-    k_heads, v_heads = s.ssm_groups * 2, s.ssm_heads // 2
+    # d_state x d_state per value head), a whole number of value heads per key head.
+    k_heads, v_heads = s.ssm_groups, s.ssm_heads // 2
     key_dim, value_dim = s.d_state * k_heads, s.d_state * v_heads
-    interval = ATTENTION_LAYER + 1  # layers 2, 5, ... attend (llama.cpp: (i + 1) % interval == 0)
+    interval = ATTENTION_INTERVAL  # llama.cpp: layer i attends when (i + 1) % interval == 0
     tensors: list[Tensor] = []
     for i in range(s.n_layer):
         tensors += [Tensor(f"blk.{i}.attn_norm.weight", (s.n_embd,), "ones"),
                     Tensor(f"blk.{i}.post_attention_norm.weight", (s.n_embd,), "ones")]
-        if (i + 1) % interval == 0:
+        if _is_attention(i):
             # The query projection carries a gate of the same size beside it.
             tensors += _attention(s, i, q_mult=2, norms=True)
         else:
@@ -316,16 +329,16 @@ def _nemotron_h(s: Shape) -> tuple[dict[str, Any], list[Tensor]]:
 # Memory kinds and rollback support as the vendored llama.cpp says (src/llama-arch.cpp:
 # llm_arch_is_recurrent, llm_arch_is_hybrid, llm_arch_supports_rs_rollback).
 ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in (
-    Architecture("mamba", "recurrent", False, _mamba, "Mamba-1: selective scan, 4 layers"),
-    Architecture("mamba2", "recurrent", False, _mamba2_arch, "Mamba-2: 8 heads, 4 layers"),
-    Architecture("lfm2", "hybrid", True, _lfm2, "LFM2: 3 short-convolution layers, attention at layer 2"),
+    Architecture("mamba", "recurrent", False, _mamba, "Mamba-1: selective scan"),
+    Architecture("mamba2", "recurrent", False, _mamba2_arch, "Mamba-2: multi-head scan with grouped B, C"),
+    Architecture("lfm2", "hybrid", True, _lfm2, "LFM2: short-convolution layers, attention in every third"),
     Architecture("qwen35", "hybrid", True, _qwen35,
-                 "Qwen 3.5: gated delta net layers, gated attention at layer 2"),
+                 "Qwen 3.5: gated delta net layers, gated attention in every third"),
     Architecture("nemotron_h", "hybrid", True, _nemotron_h,
                  "Nemotron-H: Mamba-2, attention and FFN-only layers"),
     Architecture("granitehybrid", "hybrid", False, _granite_hybrid,
-                 "Granite 4.0-H: Mamba-2 layers, attention at layer 2"),
-    Architecture("jamba", "hybrid", False, _jamba, "Jamba: Mamba-1 layers, attention at layer 2"),
+                 "Granite 4.0-H: Mamba-2 layers, attention in every third"),
+    Architecture("jamba", "hybrid", False, _jamba, "Jamba: Mamba-1 layers, attention in every third"),
     Architecture("falcon-h1", "hybrid", False, _falcon_h1, "Falcon-H1: attention and Mamba-2 in every layer"),
 )}
 
@@ -349,6 +362,9 @@ def write_recurrent_model(path: str | Path, arch: str, *, vocab_from: str | Path
     if ftype not in TARGET_TYPES:
         raise ValueError(f"ftype must be one of {', '.join(TARGET_TYPES)}, not {ftype!r}")
     s = Shape(**shape)
+    if ARCHITECTURES[arch].memory == "hybrid" and s.n_layer < ATTENTION_INTERVAL:
+        raise ValueError(f"a hybrid needs at least {ATTENTION_INTERVAL} layers (layer "
+                         f"{ATTENTION_INTERVAL - 1} attends), not {s.n_layer}")
     keys, tensors = ARCHITECTURES[arch].build(s)
     path = Path(path)
     tokenizer = _tokenizer_fields(Path(vocab_from))

@@ -105,7 +105,7 @@ def test_greedy_text_is_varied_and_logits_are_neither_flat_nor_one_sided(arch, l
         p = np.exp(row - row.max())
         p /= p.sum()
         assert 1.0 < row.std() < 10.0
-        assert 1e-3 < p.max() < 0.9
+        assert 1e-3 < p.max() < 0.97
 
 
 @pytest.mark.parametrize("arch", ARCHS)
