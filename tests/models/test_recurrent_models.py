@@ -221,3 +221,26 @@ def test_a_fresh_process_continues_every_model_alike(recurrent_pairs, loaded):
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == here
+
+
+@pytest.mark.parametrize("arch, options, phrase", [
+    ("rwkv7", {}, "unknown architecture"),
+    ("mamba", {"ftype": "Q4_0"}, "ftype must be"),
+    ("mamba2", {"n_embd": 64, "ssm_heads": 5}, "ssm_heads"),
+    ("qwen35", {"ssm_heads": 4, "ssm_groups": 4}, "ssm_heads / 2 by ssm_groups"),
+    ("lfm2", {"n_layer": 2}, "at least 3 layers"),
+])
+def test_shapes_llama_cpp_would_abort_on_are_refused_before_writing(arch, options, phrase, tmp_path):
+    from recurrent_models import write_recurrent_model
+
+    with pytest.raises(ValueError, match=phrase):
+        write_recurrent_model(tmp_path / "x.gguf", arch, vocab_from=tmp_path / "unread.gguf", **options)
+    assert not (tmp_path / "x.gguf").exists()
+
+
+def test_the_tool_lists_every_architecture_with_its_memory():
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "make_recurrent_model.py"), "--list"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    rows = {line.split()[0]: line.split()[1] for line in done.stdout.splitlines()}
+    assert rows == {name: a.memory for name, a in ARCHITECTURES.items()}
