@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     chat = subcommands.add_parser("chat", help="chat in the terminal")
     add_model_arguments(chat)
-    add_sampling_arguments(chat, default_draft_max="auto")
+    add_sampling_arguments(chat)
     chat.add_argument("--system", type=utf8_text, default="", help="system prompt (default: none)")
 
     from app.cli import draft_command  # make-draft defines its own options
