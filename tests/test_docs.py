@@ -9,6 +9,8 @@ contains ``error:`` (``tandem generate --draft-max 65   # error: out of range``)
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import shlex
 import sys
@@ -72,15 +74,19 @@ def unknown_options(span: str) -> list[str]:
 
 
 def parse(line: str) -> tuple[bool, str]:
-    """(parsed, the parser's message) for one command line, its comment set aside."""
+    """(parsed, the parser's message) for one command line, its comment set aside. A file
+    the line names for the reader's own (``--prompts prompts.jsonl``) need not exist here."""
     from app.cli.main import build_parser
 
     words = shlex.split(line, comments=True)
     words = words[1:] if words[0] == "$" else words
+    said = io.StringIO()
     try:
-        build_parser().parse_args(words[1:])
+        with contextlib.redirect_stderr(said), contextlib.redirect_stdout(io.StringIO()):
+            build_parser().parse_args(words[1:])
     except SystemExit as exc:
-        return exc.code in (0, None), f"exit {exc.code}"
+        message = said.getvalue().strip()
+        return exc.code in (0, None) or "No such file or directory" in message, message
     return True, ""
 
 
@@ -153,6 +159,7 @@ def test_the_checks_can_fail(tmp_path):
     """What the tests above catch, shown on a bad doc."""
     assert not parse("tandem generate --draft-max 65")[0]
     assert not parse("tandem serve --no-such-option")[0]
+    assert parse("tandem generate --prompts my-own-prompts.jsonl")[0]
     assert parse("tandem --version")[0] and parse("tandem bench --method self --limit 8")[0]
     bad = "```bash\ntandem chat --temprature 0.5\n```\nand `tandem bench --limit 2`, see [x](nowhere.md)\n"
     assert command_lines(bad) == ["tandem chat --temprature 0.5"]
