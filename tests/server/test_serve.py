@@ -94,7 +94,8 @@ def test_a_raw_prompt_never_becomes_control_tokens(client):
 def test_temperature_zero_is_what_tandem_generate_writes(client):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     result = subprocess.run([sys.executable, "-m", "app", "generate", "--prompt", QUESTION, "--json",
-                             "--max-tokens", "24"], capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+                             "--max-tokens", "24", "--temperature", "0"], capture_output=True, text=True, timeout=600, env=env,
+                            cwd=ROOT)
     assert result.returncode == 0, result.stderr
     expected = json.loads(result.stdout.strip().splitlines()[-1])["text"]
     assert ask(client, max_tokens=24).choices[0].message.content == expected
