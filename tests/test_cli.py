@@ -33,7 +33,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *needles: str) ->
 
 def test_generate_json_reports_tokens_text_and_stats(demo_models):
     result = tandem("generate", "--prompt", "Write a Python function that reverses a linked list.",
-                    "--json", "--draft-max", "5", "--max-tokens", "64", "--ignore-eos", "--no-copy")
+                    "--json", "--draft-max", "5", "--max-tokens", "64", "--ignore-eos", "--no-copy", "--temperature", "0")
     assert result.returncode == 0, result.stderr
     record = json.loads(result.stdout.strip().splitlines()[-1])
     assert set(record) == {"tokens", "text", "stats"}
@@ -61,14 +61,15 @@ def test_generate_prompts_file_one_line_each(demo_models, tmp_path):
 
 def test_raw_prompt_is_sent_as_is(demo_models):
     result = tandem("generate", "--raw", "--prompt", "The capital of France is", "--max-tokens", "4",
-                    "--json", "--no-speculation")
+                    "--json", "--no-speculation", "--temperature", "0")
     assert result.returncode == 0, result.stderr
     assert "Paris" in json.loads(result.stdout)["text"]
 
 
 def test_a_reply_that_repeats_the_prompt_is_copied_not_drafted(demo_models):
     prompt = "Repeat this list exactly: apples, pears, plums, cherries, grapes, lemons, limes, figs, dates."
-    result = tandem("generate", "--prompt", prompt, "--json", "--max-tokens", "48", "--draft-max", "5")
+    result = tandem("generate", "--prompt", prompt, "--json", "--max-tokens", "48", "--draft-max", "5",
+                    "--temperature", "0")
     assert result.returncode == 0, result.stderr
     record = json.loads(result.stdout)
     assert "apples, pears, plums, cherries" in record["text"]

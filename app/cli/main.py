@@ -54,13 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--json", action="store_true", help="one JSON object per prompt")
 
     check = subcommands.add_parser("check-pair", help="can DRAFT speculate for TARGET? (exit 0 yes, 1 no)")
-    check.add_argument("target_path", type=Path, metavar="TARGET")
-    check.add_argument("draft_path", type=Path, metavar="DRAFT")
-    check.add_argument("--json", action="store_true")
+    check.add_argument("target_path", type=Path, metavar="TARGET", help="the target GGUF")
+    check.add_argument("draft_path", type=Path, metavar="DRAFT", help="the draft GGUF")
+    check.add_argument("--json", action="store_true", help="one JSON object: compatible, the rule that failed")
 
     chat = subcommands.add_parser("chat", help="chat in the terminal")
     add_model_arguments(chat)
-    add_sampling_arguments(chat, default_draft_max="auto")
+    add_sampling_arguments(chat)
     chat.add_argument("--system", type=utf8_text, default="", help="system prompt (default: none)")
 
     from app.cli import draft_command  # make-draft defines its own options

@@ -61,29 +61,35 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, in_command: bool = T
                             "(default: the one chosen for the file in the window, else the file's own)")
 
 
-def add_sampling_arguments(parser: argparse.ArgumentParser, *, default_draft_max: str = "5") -> None:
+def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
+    """Decoding options. Their defaults are the window's (``Settings``), so the window,
+    ``chat``, ``generate`` and ``serve`` decode alike unless told otherwise."""
+    from app.storage.settings import Settings
+
+    app = Settings()
     low, high = DRAFT_MAX_RANGE
     group = parser.add_argument_group("decoding")
     group.add_argument("--no-speculation", action="store_true", help="decode plainly with the target")
-    group.add_argument("--draft-max", type=draft_max_value, default=draft_max_value(default_draft_max), metavar="N|auto",
+    group.add_argument("--draft-max", type=draft_max_value, default=draft_max_value(str(app.draft_max)), metavar="N|auto",
                        help=f"most tokens drafted per round, {low}-{high} or 'auto' (default: %(default)s)")
-    group.add_argument("--draft-min", type=whole(1, high), metavar="N", default=1,
+    group.add_argument("--draft-min", type=whole(1, high), metavar="N", default=app.draft_min,
                        help="fewer proposals than this: a plain step instead (default: %(default)s)")
-    group.add_argument("--p-min", "--draft-p-min", type=real(0.0, 1.0), metavar="P", default=0.0,
+    group.add_argument("--p-min", "--draft-p-min", type=real(0.0, 1.0), metavar="P", default=app.p_min,
                        help="stop drafting below this draft probability (default: %(default)s)")
     group.add_argument("--no-copy", action="store_true",
                        help="always run the draft model, even where the reply repeats earlier text")
-    group.add_argument("--temperature", "--temp", type=real(0.0, 100.0), metavar="T", default=0.0,
+    group.add_argument("--temperature", "--temp", type=real(0.0, 100.0), metavar="T", default=app.temperature,
                        help="sampling temperature, 0 = greedy (default: %(default)s)")
-    group.add_argument("--top-k", type=whole(0), metavar="K", default=0, help="keep the k likeliest tokens, 0 = all (default: %(default)s)")
-    group.add_argument("--top-p", type=real(0.0, 1.0, low_open=True), metavar="P", default=1.0,
+    group.add_argument("--top-k", type=whole(0), metavar="K", default=app.top_k,
+                       help="keep the k likeliest tokens, 0 = all (default: %(default)s)")
+    group.add_argument("--top-p", type=real(0.0, 1.0, low_open=True), metavar="P", default=app.top_p,
                        help="nucleus sampling mass, 1 = off (default: %(default)s)")
-    group.add_argument("--min-p", type=real(0.0, 1.0), metavar="P", default=0.0,
+    group.add_argument("--min-p", type=real(0.0, 1.0), metavar="P", default=app.min_p,
                        help="drop tokens below this share of the likeliest, 0 = off (default: %(default)s)")
-    group.add_argument("--seed", "-s", type=seed_value, metavar="N", default=None,
+    group.add_argument("--seed", "-s", type=seed_value, metavar="N", default=seed_value(str(app.seed)),
                        help="random seed for sampling, -1 = a new one each run (default: -1)")
-    group.add_argument("--max-tokens", "-n", "--n-predict", type=whole(1, 1_000_000), metavar="N", default=256,
-                       help="most tokens in a reply (default: %(default)s)")
+    group.add_argument("--max-tokens", "-n", "--n-predict", type=whole(1, 1_000_000), metavar="N",
+                       default=app.max_tokens, help="most tokens in a reply (default: %(default)s)")
     group.add_argument("--ignore-eos", action="store_true", help="never stop at end-of-sequence")
 
 

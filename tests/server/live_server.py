@@ -14,6 +14,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 READY_SECONDS = 300  # loading on a shared, slow machine
+# The tests compare replies token for token, so the server decodes greedily unless a test
+# says otherwise (its defaults are the window's, sampled at temperature 0.8).
+GREEDY = ("--temperature", "0")
 ADDRESS = re.compile(r"Tandem API: (http://\S+)/v1")
 
 
@@ -26,7 +29,7 @@ def tandem(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 class LiveServer:
     def __init__(self, *args: str) -> None:
         env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
-        self.process = subprocess.Popen([sys.executable, "-m", "app", "serve", "--port", "0", *args],
+        self.process = subprocess.Popen([sys.executable, "-m", "app", "serve", "--port", "0", *GREEDY, *args],
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
         self.stderr: list[str] = []
         threading.Thread(target=lambda: self.stderr.extend(self.process.stderr), daemon=True).start()

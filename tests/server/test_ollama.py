@@ -123,7 +123,8 @@ def test_options_map_to_tandem_sampling(server, ollama):
     def sample(seed: int) -> str:
         return ollama.chat(NAME, [{"role": "user", "content": "Tell me a story."}],
                            options={"temperature": 1.0, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "seed": seed,
-                                    "num_predict": 12, "repeat_penalty": 1.1}).message.content
+                                    "num_predict": 12, "repeat_penalty": 1.1,
+                                    "draft_num_predict": 5}).message.content  # a fixed draft length: see test_serve
     assert sample(1234) == sample(1234)
     full = openai_chat(server, QUESTION, max_tokens=24, ignore_eos=True)["choices"][0]["message"]["content"]
     stop = full.split()[len(full.split()) // 2]

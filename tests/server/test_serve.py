@@ -94,7 +94,8 @@ def test_a_raw_prompt_never_becomes_control_tokens(client):
 def test_temperature_zero_is_what_tandem_generate_writes(client):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     result = subprocess.run([sys.executable, "-m", "app", "generate", "--prompt", QUESTION, "--json",
-                             "--max-tokens", "24"], capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+                             "--max-tokens", "24", "--temperature", "0"], capture_output=True, text=True, timeout=600, env=env,
+                            cwd=ROOT)
     assert result.returncode == 0, result.stderr
     expected = json.loads(result.stdout.strip().splitlines()[-1])["text"]
     assert ask(client, max_tokens=24).choices[0].message.content == expected
@@ -113,9 +114,12 @@ def test_stop_sequence_ends_the_reply_before_it(client):
 
 
 def test_same_seed_same_sample(client):
+    # A fixed draft length: with "auto" the rounds' lengths follow measured timings, and
+    # where a round ends decides which random numbers each token is drawn with (docs/api.md).
     def sample():
         return client.chat.completions.create(model="tandem", messages=[{"role": "user", "content": "Tell me a story."}],
-                                              temperature=1.0, seed=1234, max_tokens=12).choices[0].message.content
+                                              temperature=1.0, seed=1234, max_tokens=12,
+                                              extra_body={"tandem": {"draft_max": 5}}).choices[0].message.content
     assert sample() == sample()
 
 

@@ -1,0 +1,170 @@
+"""The user docs stay honest: every ``tandem ...`` command line in README.md and docs/ parses
+with the real parser, every relative link resolves, the README stays a landing page, the
+option tables of docs/cli.md are the parsers', and no history or stray commit hash is left in
+the prose. Cheap (no model is loaded), so it runs with every test run.
+
+An example of a command line the parser refuses on purpose is marked with a comment that
+contains ``error:`` (``tandem generate --draft-max 65   # error: out of range``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import cli_reference  # noqa: E402
+
+README = ROOT / "README.md"
+README_MAX_LINES = 220
+USER_DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]
+# Docs being written alongside this test; drop each entry once its file has landed.
+PENDING_DOCS = {"docs/recurrent-models.md", "docs/cross-vocabulary.md", "docs/host-costs.md", "docs/clients.md"}
+
+FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
+INLINE = re.compile(r"(?<!`)`(tandem [^`]+)`(?!`)")
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+COMMAND = re.compile(r"^(?:\$ )?(?:\S*/)?(tandem(?:-window)?)(?=\s|$)(.*)$")
+HISTORY = re.compile(r"\b(this|last|the last|previous) round\b", re.I)
+# A commit: "commit" and its hash, or 7 to 40 hex digits with a letter and a digit among them.
+HASH = re.compile(r"\bcommit [0-9a-f]{7,40}\b|\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")
+DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
+
+
+def relative(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+def prose(text: str) -> str:
+    """The text without fenced blocks, whose lines are commands and program output."""
+    return FENCE.sub("", text)
+
+
+def command_lines(text: str) -> list[str]:
+    """Every ``tandem ...`` line of the fenced blocks, joined over trailing backslashes."""
+    found = []
+    for block in FENCE.findall(text):
+        joined = re.sub(r"\\\n\s*", " ", block)
+        for line in joined.splitlines():
+            if COMMAND.match(line.strip()):
+                found.append(line.strip())
+    return found
+
+
+def unknown_options(span: str) -> list[str]:
+    """The options of an inline ``tandem COMMAND --option ...`` that COMMAND does not have
+    (an inline span names a command and options; it need not be a whole command line)."""
+    from app.cli.main import build_parser
+
+    parser = build_parser()
+    commands = cli_reference._subparsers(parser)
+    words = span.split()[1:]
+    command = commands.get(words[0]) if words else None
+    known = set(parser._option_string_actions) | (set(command._option_string_actions) if command else set())
+    if words and not words[0].startswith("-") and command is None:
+        return [words[0]]
+    return [w.split("=")[0] for w in words if w.startswith("-") and w.split("=")[0] not in known]
+
+
+def parse(line: str) -> tuple[bool, str]:
+    """(parsed, the parser's message) for one command line, its comment set aside. A file
+    the line names for the reader's own (``--prompts prompts.jsonl``) need not exist here."""
+    from app.cli.main import build_parser
+
+    words = shlex.split(line, comments=True)
+    words = words[1:] if words[0] == "$" else words
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said), contextlib.redirect_stdout(io.StringIO()):
+            build_parser().parse_args(words[1:])
+    except SystemExit as exc:
+        message = said.getvalue().strip()
+        return exc.code in (0, None) or "No such file or directory" in message, message
+    return True, ""
+
+
+def headings(text: str) -> set[str]:
+    """GitHub's anchors for the headings of a Markdown file."""
+    anchors = set()
+    for title in re.findall(r"^#+\s+(.*?)\s*$", prose(text), re.M):
+        slug = re.sub(r"[^\w\- ]", "", title.lower().replace("`", "")).replace(" ", "-")
+        anchors.add(slug)
+    return anchors
+
+
+@pytest.mark.parametrize("doc", USER_DOCS, ids=relative)
+def test_every_command_line_parses(doc, capsys):
+    refused = []
+    for line in command_lines(doc.read_text(encoding="utf-8")):
+        ok, message = parse(line)
+        meant_as_error = "error:" in line.partition("#")[2]
+        if ok == meant_as_error:
+            refused.append(f"{line}  ({'parsed, but marked as an error' if ok else message})")
+    capsys.readouterr()  # the parser's own messages
+    for span in INLINE.findall(prose(doc.read_text(encoding="utf-8"))):
+        if unknown_options(span):
+            refused.append(f"`{span}`  (no such command or option: {', '.join(unknown_options(span))})")
+    assert not refused, f"{relative(doc)}: " + "; ".join(refused)
+
+
+@pytest.mark.parametrize("doc", USER_DOCS, ids=relative)
+def test_every_relative_link_resolves(doc):
+    text = doc.read_text(encoding="utf-8")
+    broken = []
+    for target in LINK.findall(prose(text)):
+        if re.match(r"[a-z]+:", target):  # http:, https:, mailto:
+            continue
+        path, _, anchor = target.partition("#")
+        file = (doc.parent / path).resolve() if path else doc
+        if relative(file) in PENDING_DOCS if file.is_relative_to(ROOT) else False:
+            continue
+        if not file.exists():
+            broken.append(target)
+        elif anchor and file.suffix == ".md" and anchor not in headings(file.read_text(encoding="utf-8")):
+            broken.append(f"{target} (no such heading)")
+    assert not broken, f"{relative(doc)}: " + ", ".join(broken)
+
+
+def test_the_readme_stays_a_landing_page():
+    lines = README.read_text(encoding="utf-8").count("\n")
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines; reference material goes in docs/"
+
+
+@pytest.mark.parametrize("doc", USER_DOCS, ids=relative)
+def test_no_history_in_the_user_docs(doc):
+    """History goes in CHANGELOG.md. A date or a commit appears only in a measurement's stamp,
+    the one line that names both (``2026-12-03, commit 6158230, 2-core AMD EPYC: ...``)."""
+    text = prose(doc.read_text(encoding="utf-8"))
+    assert not HISTORY.search(text), f"{relative(doc)}: {HISTORY.search(text).group(0)!r}"
+    for number, line in enumerate(text.splitlines(), 1):
+        if HASH.search(line) or DATE.search(line):
+            assert HASH.search(line) and DATE.search(line), \
+                f"{relative(doc)}: a date or commit outside a measurement's stamp: {line.strip()[:120]}"
+
+
+def test_the_option_tables_are_the_parsers():
+    assert cli_reference.CLI_DOC.is_file()
+    assert cli_reference.current(cli_reference.CLI_DOC.read_text(encoding="utf-8")) == cli_reference.reference(), \
+        "docs/cli.md's option tables differ from the parsers: run python tools/cli_reference.py --write"
+
+
+def test_the_checks_can_fail(tmp_path):
+    """What the tests above catch, shown on a bad doc."""
+    assert not parse("tandem generate --draft-max 65")[0]
+    assert not parse("tandem serve --no-such-option")[0]
+    assert parse("tandem generate --prompts my-own-prompts.jsonl")[0]
+    assert parse("tandem --version")[0] and parse("tandem bench --method self --limit 8")[0]
+    bad = "```bash\ntandem chat --temprature 0.5\n```\nand `tandem bench --limit 2`, see [x](nowhere.md)\n"
+    assert command_lines(bad) == ["tandem chat --temprature 0.5"]
+    assert INLINE.findall(prose(bad)) == ["tandem bench --limit 2"] and not unknown_options("tandem bench --limit 2")
+    assert unknown_options("tandem chat --temprature 0.5") == ["--temprature"] and unknown_options("tandem sever")
+    assert LINK.findall(prose(bad)) == ["nowhere.md"]
+    assert HISTORY.search("as measured this round") and HASH.search("on commit 6158230 it") and HASH.search("at 82dfeac") and not HASH.search("deadbeef")
+    assert "the-round" in headings("## The round\n")
