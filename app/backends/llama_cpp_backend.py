@@ -23,6 +23,7 @@ import numpy as np
 
 from app.backends import rpc
 from app.engine.errors import ChatTemplateError, ContextOverflowError, EngineError, ModelFileError
+from app.engine.model_file import ModelFile, open_model_file
 from app.engine.gguf_header import shown_name, validate_gguf
 from app.logs import FILE_ONLY
 
@@ -104,7 +105,7 @@ def default_threads() -> int:
 class LlamaBackend:
     """A loaded GGUF model with its own KV cache, implementing ``engine.backend.ModelBackend``."""
 
-    def __init__(self, path: str | Path, *, n_ctx: int = 4096, n_gpu_layers: int = -1,
+    def __init__(self, path: str | Path | ModelFile, *, n_ctx: int = 4096, n_gpu_layers: int = -1,
                  n_threads: int = 0, flash_attention: str = "auto", exact_batches: bool = True,
                  progress: Callable[[float], bool | None] | None = None,
                  devices: Sequence[rpc.Device] | None = None, tensor_split: Sequence[float] = ()) -> None:
@@ -112,7 +113,7 @@ class LlamaBackend:
         machine's; None: this machine's, llama.cpp's own choice); ``tensor_split``: each
         one's share of them (empty: in proportion to their free memory)."""
         path = Path(path)
-        validate_gguf(path)  # before llama.cpp sees a byte of it
+        self.model_file = open_model_file(path)  # before llama.cpp sees a byte of it (the load's own: no walk)
         _ensure_initialised()
         self.path = path
         self._model = self._ctx = None
@@ -415,9 +416,9 @@ class LlamaVocab:
     """A model file's tokenizer alone (llama.cpp's ``vocab_only`` load, no weights read):
     enough to judge its chat format (``app.engine.chat_formats``) without loading it."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path | ModelFile) -> None:
         path = Path(path)
-        validate_gguf(path)
+        self.model_file = open_model_file(path)
         _ensure_initialised()
         self.path = path
         params = ll.llama_model_default_params()

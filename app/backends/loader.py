@@ -17,7 +17,8 @@ from app.backends.model_check import require_model_runs
 from app.engine.drafters import Drafter, LookupDrafter, ModelDrafter
 from app.engine.errors import EngineError
 from app.engine.lookahead import LookaheadDrafter
-from app.engine.gguf_meta import Compatibility, check_compatibility, read_metadata
+from app.engine.gguf_meta import Compatibility, check_compatibility
+from app.engine.model_file import ModelFile, open_model_file
 from app.engine.speculative import SpeculativeEngine
 from app.engine.types import SPECULATION_OFF, DrafterKind
 
@@ -38,17 +39,18 @@ class LoadedPair:
         self.target.close()
 
 
-def check_pair(target: str | Path, draft: str | Path, *, trial: bool = True) -> Compatibility:
+def check_pair(target: str | Path | ModelFile, draft: str | Path | ModelFile, *, trial: bool = True) -> Compatibility:
     """Can ``draft`` speculate for ``target``? Compatible only if both files also survive
     a trial load (``trial``); a file that does not raises ModelFileError."""
-    result = check_compatibility(read_metadata(Path(target)), read_metadata(Path(draft)))
+    target, draft = open_model_file(target), open_model_file(draft)
+    result = check_compatibility(target.metadata, draft.metadata)
     if result.ok and trial:
         require_model_runs(target)
         require_model_runs(draft)
     return result
 
 
-def _checked(path: str | Path, what: str, report: LoadProgress) -> Callable[[float], bool | None]:
+def _checked(path: ModelFile, what: str, report: LoadProgress) -> Callable[[float], bool | None]:
     """Trial-load ``path`` (first half of its progress bar, when a trial runs); returns
     the progress callback for the real load (the rest of the bar)."""
     check = require_model_runs(path, progress=lambda f: report(what, f / 2))
@@ -67,6 +69,11 @@ def load_pair(target_path: str | Path, draft_path: str | Path | None = None, *,
     ``rpc_workers`` (host:port): the target's offloaded layers go to their devices, then
     to this machine's GPUs, shared as ``tensor_split`` says; the draft stays here."""
     report = progress or (lambda what, fraction: None)
+    # Each file resolved and its header read once; the pair check, the trial load and the
+    # backend all take the same ModelFile.
+    target_path = open_model_file(target_path)
+    if drafter == DrafterKind.MODEL and draft_path:
+        draft_path = open_model_file(draft_path)
     compatibility = None
     if drafter == DrafterKind.MODEL and draft_path:
         compatibility = check_pair(target_path, draft_path, trial=False)  # each is tried before it loads

@@ -7,9 +7,10 @@ ones nobody foresaw. Before a model file is loaded for the first time,
 (``python -m app --check-model PATH``) and reads how that ended. A child that dies
 becomes a one-line ``ModelFileError`` naming the file and what llama.cpp said last.
 
-A pass is remembered under the file's path, size and modification time (and the
-llama.cpp build's fingerprint: another build may abort where this one did not), so
-a normal start costs a few ``stat`` calls. A failure is never remembered: the next
+A pass is remembered under the file's resolved path, size and modification time (and
+the llama.cpp build's fingerprint: another build may abort where this one did not),
+taken from the ``ModelFile`` the load opened (``app.engine.model_file``), so a later
+load starts no child and reads nothing more. A failure is never remembered: the next
 load tries again, in case the file was replaced.
 
 This module never imports ``llama_cpp``: the parent must not be the one that dies.
@@ -32,7 +33,8 @@ from typing import Callable
 
 from app.backends.build_check import ROOT, _signal_name, check_llama_build, fingerprint, json_record, library_files
 from app.engine.errors import ModelFileError
-from app.engine.gguf_header import shown_name, shown_path, validate_gguf
+from app.engine.gguf_header import shown_name, shown_path
+from app.engine.model_file import ModelFile, open_model_file
 
 CHECK_FLAG = "--check-model"  # handled first thing by app.__main__
 CACHE_NAME = "model-checks.json"
@@ -235,10 +237,10 @@ def _clip(text: str, limit: int = 240) -> str:
 # -- the cache ------------------------------------------------------------------------
 
 
-def trial_key(path: Path, stat: os.stat_result, build: str) -> str:
+def trial_key(model: ModelFile, build: str) -> str:
     digest = hashlib.sha256()
-    digest.update(os.fsencode(path.resolve()) + b"\0")
-    digest.update(f"{stat.st_size}:{stat.st_mtime_ns}:{build}".encode())
+    digest.update(os.fsencode(model.resolved) + b"\0")
+    digest.update(f"{model.identity.size}:{model.identity.mtime_ns}:{build}".encode())
     return digest.hexdigest()
 
 
@@ -277,38 +279,32 @@ def _remember_pass(cache: Path, key: str, path: Path, seconds: float) -> None:
 # -- what loaders call ----------------------------------------------------------------
 
 
-def check_model(path: str | os.PathLike[str], *, progress: TrialProgress | None = None,
+def check_model(path: str | os.PathLike[str] | ModelFile, *, progress: TrialProgress | None = None,
                 cache_dir: Path | None = None, use_cache: bool = True) -> ModelCheck:
-    """Trial-load ``path`` in a child unless this very file passed before (validated
-    first: a structural problem or a known lie raises ModelFileError from the validator
-    at once); everything the child finds comes back in ``ModelCheck.message``."""
+    """Trial-load the file in a child unless this very file passed before. A path is
+    opened first (``open_model_file``: a bad path, a structural problem or a known lie
+    raises ModelFileError at once, with its precise reason); a ModelFile was opened by
+    the caller. Everything the child finds comes back in ``ModelCheck.message``."""
     started = time.perf_counter()
-    path = Path(path)
-    try:
-        stat = path.stat()
-    except OSError:
-        validate_gguf(path)  # says what is wrong with the path, in one line
-        raise
+    model = open_model_file(path)
     cache = _cache_file(cache_dir) if use_cache else None
-    key = trial_key(path, stat, fingerprint(library_files()))
+    key = trial_key(model, fingerprint(library_files()))
     if cache is not None and key in _load_passes(cache):
-        # Remembered: no walk of the header here (the loader validates it anyway).
         return ModelCheck(True, True, time.perf_counter() - started)
-    validate_gguf(path)  # before any child: a known lie gets its precise reason
     # A build that dies on every model must not be blamed on this one.
     check_llama_build(cache_dir=cache_dir).raise_if_broken()
-    outcome = run_trial_child(path, progress=progress)
+    outcome = run_trial_child(model.resolved, progress=progress)  # the file that was validated
     seconds = time.perf_counter() - started
     if outcome.ok:
         if cache is not None:
-            _remember_pass(cache, key, path, outcome.seconds)
+            _remember_pass(cache, key, model.path, outcome.seconds)
         return ModelCheck(True, False, seconds)
-    name = f"{shown_name(path)}: "
-    detail = outcome.detail.removeprefix(name)  # the child's own errors name the file already
-    return ModelCheck(False, False, seconds, name + detail, outcome.cancelled)
+    # The child's own errors name the file it was given; the message names it as the user did.
+    detail = outcome.detail.removeprefix(f"{shown_name(model.resolved)}: ").removeprefix(f"{shown_name(model.path)}: ")
+    return ModelCheck(False, False, seconds, f"{shown_name(model.path)}: {detail}", outcome.cancelled)
 
 
-def require_model_runs(path: str | os.PathLike[str], *, progress: TrialProgress | None = None,
+def require_model_runs(path: str | os.PathLike[str] | ModelFile, *, progress: TrialProgress | None = None,
                        cache_dir: Path | None = None) -> ModelCheck:
     """:func:`check_model`, raising ModelFileError (one line, naming the file) unless it passed."""
     check = check_model(path, progress=progress, cache_dir=cache_dir)

@@ -74,9 +74,11 @@ def cmd_check_pair(args: argparse.Namespace) -> int:
     child process (remembered per file); a file llama.cpp dies on is a one-line error."""
     from app.backends.loader import check_pair
     from app.engine.gguf_header import shown_name
+    from app.engine.model_file import open_model_file
 
-    result = check_pair(args.target_path, args.draft_path)
-    not_used = heads_not_used(args.target_path, args.draft_path)
+    target, draft = open_model_file(args.target_path), open_model_file(args.draft_path)  # each read once
+    result = check_pair(target, draft)
+    not_used = heads_not_used(target, draft)
     if args.json:
         print(json.dumps({"compatible": result.ok, "rule": result.rule, "reason": result.reason,
                           "not_used": not_used}))
@@ -88,14 +90,15 @@ def cmd_check_pair(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
-def heads_not_used(*paths: Path) -> list[str]:
-    """One line per file that carries heads trained to draft (MTP, EAGLE-3, Medusa)."""
+def heads_not_used(*files) -> list[str]:
+    """One line per file (a ModelFile or a path) that carries heads trained to draft
+    (MTP, EAGLE-3, Medusa)."""
     from app.engine.draft_heads import not_used_line
     from app.engine.gguf_header import shown_name
-    from app.engine.gguf_meta import read_metadata
+    from app.engine.model_file import open_model_file
 
-    return [f"{shown_name(path)}: {not_used_line(heads)}" for path in paths
-            if (heads := read_metadata(path).draft_heads)]
+    return [f"{shown_name(model.path)}: {not_used_line(heads)}" for model in map(open_model_file, files)
+            if (heads := model.metadata.draft_heads)]
 
 
 def cmd_chat(args: argparse.Namespace) -> int:

@@ -11,10 +11,11 @@ are hostile until this has passed them.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
+import stat
 import struct
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,98 +82,80 @@ class TensorInfo:
 
 def validate_gguf(path: str | os.PathLike[str]) -> GGUFHeader:
     """Check a GGUF file's structure against its size, and its metadata against what
-    llama.cpp asserts (app.engine.gguf_rules); raise ModelFileError saying why not."""
-    path = Path(path)
-    passed = _PASSED.header(path)
-    return passed if passed is not None else scan_header(path, _nothing)[0]
+    llama.cpp asserts (app.engine.gguf_rules); raise ModelFileError saying why not.
+    A caller that goes on to load the file wants ``app.engine.model_file.open_model_file``:
+    one walk for every fact a load needs."""
+    return scan_header(Path(path), _nothing)[0]
 
 
 def _nothing(key: str) -> bool:
     return False
 
 
-def scan_header(path: Path, wanted: Callable[[str], bool]) -> tuple[GGUFHeader, dict[str, Any]]:
+def scan_header(path: Path, wanted: Callable[[str], bool], *,
+                name: Path | None = None) -> tuple[GGUFHeader, dict[str, Any]]:
     """Validate ``path`` and decode the metadata values whose keys ``wanted`` accepts
-    (and those the load-time rules read). A file that passed is not walked again for
-    the same ``wanted`` while it is unchanged (``_Passed``)."""
-    known = _PASSED.get(path, wanted)
-    if known is not None:
-        return known[0], dict(known[1])
-    header, values = _walk(path, lambda key: wanted(key) or rule_keys(key))
+    (and those the load-time rules read); every message names ``name`` (the path as the
+    user gave it, where ``path`` is its resolved form) or else ``path``."""
+    shown = path if name is None else name
+    header, values = _walk(path, lambda key: wanted(key) or rule_keys(key), shown)
     reason = first_violation(values, header.alignment)
     if reason:
-        raise file_error(path, reason)
-    _PASSED.put(path, wanted, header, values)
-    return header, dict(values)
+        raise file_error(shown, reason)
+    return header, values
 
 
-class _Passed:
-    """Headers that passed, by file identity (device, inode, size, modification and
-    change times: a file rewritten or replaced is another file) and by what was decoded.
-    One load asks of each model four times or more (the trial check, the pair check, the
-    backend, the library), each a walk of every token of the vocabulary (~0.2 s for the
-    demo target); a failure is never kept."""
-
-    MOST = 32
-
-    def __init__(self) -> None:
-        self._files: dict[tuple, dict[Callable, tuple[GGUFHeader, dict[str, Any]]]] = {}
-        self._lock = threading.Lock()
-
-    @staticmethod
-    def _identity(path: Path) -> tuple | None:
-        try:
-            st = path.stat()
-        except OSError:
-            return None
-        return (os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-    def get(self, path: Path, wanted: Callable) -> tuple[GGUFHeader, dict[str, Any]] | None:
-        identity = self._identity(path)
-        with self._lock:
-            return self._files.get(identity, {}).get(wanted) if identity else None
-
-    def header(self, path: Path) -> GGUFHeader | None:
-        identity = self._identity(path)
-        with self._lock:
-            scans = self._files.get(identity) if identity else None
-            return next(iter(scans.values()))[0] if scans else None
-
-    def put(self, path: Path, wanted: Callable, header: GGUFHeader, values: dict[str, Any]) -> None:
-        identity = self._identity(path)
-        if identity is None:
-            return
-        with self._lock:
-            self._files.setdefault(identity, {})[wanted] = (header, dict(values))
-            while len(self._files) > self.MOST:
-                del self._files[next(iter(self._files))]  # the oldest first
-
-    def clear(self) -> None:
-        with self._lock:
-            self._files.clear()
+def resolve_model_path(path: str | os.PathLike[str], *,
+                       name: Path | None = None) -> tuple[Path, os.stat_result]:
+    """``path`` with every symlink followed, and its ``stat``; a path that names no
+    readable regular file is a ModelFileError naming ``name`` (else ``path``) and saying
+    why in one line: a symlink loop, a dangling link, a directory, a FIFO or device
+    (that would block or never end), a folder on the way that cannot be entered."""
+    path = Path(path)
+    shown = path if name is None else name
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise file_error(shown, _stat_failure(path, exc)) from None
+    except ValueError:  # a NUL in the name: no file can have it
+        raise file_error(shown, "does not exist (its name holds a NUL byte)") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise file_error(shown, "is a directory, not a model file")
+    if not stat.S_ISREG(st.st_mode):
+        raise file_error(shown, "is not a regular file")
+    # stat succeeded, so every link on the way resolves (a loop would have failed it).
+    return Path(os.path.realpath(path)), st
 
 
-_PASSED = _Passed()
+def _stat_failure(path: Path, exc: OSError) -> str:
+    if exc.errno == errno.ELOOP:
+        return "is a symlink loop (following its links never reaches a file)"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "cannot be read (permission denied on a folder on its way)"
+    if exc.errno == errno.ENAMETOOLONG:
+        return "cannot be read (the name is too long)"
+    if exc.errno == errno.ENOTDIR:
+        return "does not exist (a part of its path is a file, not a folder)"
+    if exc.errno == errno.ENOENT:
+        if os.path.islink(path):
+            return f"is a symlink to {shown_path(os.readlink(path))}, which does not exist"
+        return f"does not exist (looked in {shown_path(path.parent)})"
+    return f"cannot be read ({exc.strerror or exc})"
 
 
-def _walk(path: Path, wanted: Callable[[str], bool]) -> tuple[GGUFHeader, dict[str, Any]]:
-    if not path.exists():
-        raise file_error(path, f"does not exist (looked in {shown_path(path.parent)})")
-    if path.is_dir():
-        raise file_error(path, "is a directory, not a model file")
-    if not path.is_file():
-        raise file_error(path, "is not a regular file")
+def _walk(path: Path, wanted: Callable[[str], bool], shown: Path) -> tuple[GGUFHeader, dict[str, Any]]:
+    resolve_model_path(path, name=shown)
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            _check_magic(path, f.read(64), size)
+            _check_magic(shown, f.read(64), size)
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                walker = _Walker(path, buf, size, wanted)
+                walker = _Walker(shown, buf, size, wanted)
                 return walker.walk(), walker.values
     except PermissionError:
-        raise file_error(path, "cannot be read (permission denied)") from None
+        raise file_error(shown, "cannot be read (permission denied)") from None
     except OSError as exc:
-        raise file_error(path, f"cannot be read ({exc.strerror or exc})") from None
+        raise file_error(shown, f"cannot be read ({exc.strerror or exc})") from None
 
 
 def file_error(path: Path, message: str) -> ModelFileError:

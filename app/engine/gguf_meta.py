@@ -20,7 +20,7 @@ from typing import Any
 import gguf
 
 from app.engine.draft_heads import is_head_key, trained_heads
-from app.engine.gguf_header import file_error, scan_header, shown_name
+from app.engine.gguf_header import GGUFHeader, file_error, scan_header, shown_name
 from app.engine.gguf_rules import ADD_BOS_BPE_PRE
 
 # Keys read_metadata wants decoded; every other value is only bounds-checked.
@@ -88,14 +88,23 @@ class Compatibility:
 # Metadata
 
 
-def _metadata_key(key: str) -> bool:  # one function, so a file's scan for it is kept (scan_header)
+def metadata_key(key: str) -> bool:
+    """The keys :func:`metadata_from` reads (for the header walk to decode)."""
     return key in _WANTED_KEYS or key.endswith(".context_length") or is_head_key(key)
 
 
 def read_metadata(path: str | os.PathLike[str]) -> ModelMetadata:
-    """Validate a GGUF file and read its tokenizer and a few general keys."""
+    """Validate a GGUF file and read its tokenizer and a few general keys. A caller that
+    goes on to load the file wants ``app.engine.model_file.open_model_file(path).metadata``:
+    the same walk, once, with everything else a load needs."""
     path = Path(path)
-    header, values = scan_header(path, _metadata_key)
+    header, values = scan_header(path, metadata_key)
+    return metadata_from(path, header, values)
+
+
+def metadata_from(path: Path, header: GGUFHeader, values: dict[str, Any]) -> ModelMetadata:
+    """The metadata in ``values`` (decoded by a walk that wanted :func:`metadata_key`);
+    a missing vocabulary or a value of the wrong type is a ModelFileError naming ``path``."""
     get = _Values(path, values)
 
     tokens = get.strings("tokenizer.ggml.tokens")

@@ -62,7 +62,11 @@ _TOKENIZER_KEYS = frozenset({
     "tokenizer.ggml.seperator_token_id", "tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_eos_token",
 })
 _ARCH_SUFFIXES = (".block_count", ".nextn_predict_layers", ".expert_count", ".expert_used_count",
-                  ".expert_group_count", ".expert_group_used_count", ".rope.scaling.type")
+                  ".expert_group_count", ".expert_group_used_count", ".rope.scaling.type",
+                  ".ssm.group_count", ".ssm.time_step_rank")
+# Gated delta nets whose key heads are ssm.group_count and value heads ssm.time_step_rank
+# (src/models/<arch>.cpp of the vendored llama.cpp).
+DELTA_NET_ARCHS = ("qwen3next", "qwen35", "qwen35moe", "qwen4exp")
 
 
 def first_violation(values: dict[str, Any], alignment: int) -> str | None:
@@ -186,6 +190,22 @@ def _epsilons(f: _Facts, _alignment: int) -> str | None:
         if ".attention." in key and key.endswith("_epsilon") and isinstance(value, float):
             if not (math.isfinite(value) and value > 0):
                 return f"'{key}' is {value!r}; a norm epsilon must be a positive finite number"
+    return None
+
+
+def _delta_net_heads(f: _Facts, _alignment: int) -> str | None:
+    """Each value head reads one key head: build_delta_net asserts H_v % H_k == 0
+    (delta-net-base.cpp) at the first decode, and a zero count divides by zero there
+    (a SIGFPE). A missing key is a clean error in llama.cpp's loader."""
+    if f.arch not in DELTA_NET_ARCHS:
+        return None
+    k_heads, v_heads = f.arch_int("ssm.group_count"), f.arch_int("ssm.time_step_rank")
+    if k_heads is None or v_heads is None:
+        return None
+    if k_heads <= 0 or v_heads <= 0 or v_heads % k_heads:
+        return (f"its {v_heads} value heads ('{f.arch}.ssm.time_step_rank') are not a whole multiple of its "
+                f"{k_heads} key heads ('{f.arch}.ssm.group_count'); llama.cpp aborts at the first decode "
+                "(GGML_ASSERT H_v % H_k == 0 in build_delta_net)")
     return None
 
 
@@ -343,6 +363,6 @@ def _short(text: str, limit: int = 40) -> str:
 
 
 _RULES: Sequence[Callable[[_Facts, int], str | None]] = (
-    _alignment, _layers, _experts, _rope_scaling, _epsilons, _duplicate_texts, _byte_tokens, _rwkv_trie,
-    _special_tokens,
+    _alignment, _layers, _experts, _rope_scaling, _epsilons, _delta_net_heads, _duplicate_texts, _byte_tokens,
+    _rwkv_trie, _special_tokens,
 )

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.engine.errors import ModelFileError
-from app.engine.gguf_meta import ModelMetadata, check_compatibility, read_metadata
+from app.engine.gguf_meta import ModelMetadata, check_compatibility
+from app.engine.model_file import open_model_file
 from app.library.entries import LibraryEntry, Vocabulary
 from app.storage.made_drafts import MadeDraft, made_for
 
@@ -118,7 +119,7 @@ def _stub(entry: LibraryEntry) -> ModelMetadata:
 
 def _read(entry: LibraryEntry) -> tuple[ModelMetadata | None, str | None]:
     try:
-        return read_metadata(entry.path), None
+        return open_model_file(entry.path).metadata, None
     except ModelFileError as exc:
         return None, f"changed since the scan: {exc}"
     except (OSError, ValueError, MemoryError) as exc:

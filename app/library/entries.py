@@ -1,7 +1,7 @@
 """One library entry: what a GGUF file is, read from its header alone.
 
 The file goes through the same validator as a model about to load
-(``app.engine.gguf_meta.read_metadata``, with the load-time rules of ``gguf_rules``):
+(``app.engine.model_file.open_model_file``, with the load-time rules of ``gguf_rules``):
 a file it refuses is listed as refused with its one-line reason, never raised out of
 a scan. A model split in parts (``name-00001-of-00003.gguf``, llama.cpp's naming) is
 one entry, read from its first part, every part validated and counted.
@@ -19,7 +19,8 @@ from typing import Any
 from app.engine.draft_heads import not_used_line
 from app.engine.errors import ModelFileError
 from app.engine.gguf_header import shown_name, validate_gguf
-from app.engine.gguf_meta import ModelMetadata, read_metadata
+from app.engine.gguf_meta import ModelMetadata
+from app.engine.model_file import open_model_file
 
 SPLIT_PART = re.compile(r"^(?P<stem>.*)-(?P<part>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
 _QUANT_IN_NAME = re.compile(r"(?<![A-Za-z0-9])(I?Q[0-9]_[A-Z0-9_]+|I?Q[0-9]+_?[KS]?|F16|BF16|F32)(?![A-Za-z0-9])",
@@ -141,7 +142,7 @@ def read_entry(path: Path, name: str, source: str) -> LibraryEntry:
         return LibraryEntry(**base, refused=f"{shown_name(path)}: a model in {len(parts)} parts, "
                                             f"{len(missing)} missing (first: {shown_name(missing[0])})")
     try:
-        meta = read_metadata(path)
+        meta = open_model_file(path).metadata
         n_parameters = meta.n_parameters + sum(validate_gguf(p).n_parameters for p in parts[1:])
     except ModelFileError as exc:
         return LibraryEntry(**base, refused=str(exc))

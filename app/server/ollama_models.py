@@ -94,9 +94,9 @@ class ModelCard:
 
 def _chat_template(path: str) -> str:
     """The model's own chat template (Jinja, not Ollama's Go templates), for display."""
-    from app.engine.gguf_meta import read_metadata
+    from app.engine.model_file import open_model_file
 
     try:
-        return read_metadata(path).chat_template or ""
+        return open_model_file(path).metadata.chat_template or ""  # the load's own read, unless the file changed
     except Exception:  # noqa: BLE001 — a description, never a reason to fail a route
         return ""

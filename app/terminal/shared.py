@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -157,7 +158,9 @@ def chat_format(args: argparse.Namespace) -> str:
     if chosen is None:
         from app.storage.settings import remembered_chat_format
 
-        return remembered_chat_format(str(Path(args.target).expanduser().resolve()) if args.target else "")
+        # realpath, not Path.resolve: a symlink loop must reach the loader, which says so in
+        # one line (resolve raises RuntimeError on it before Python 3.13).
+        return remembered_chat_format(os.path.realpath(Path(args.target).expanduser()) if args.target else "")
     if chosen == "file":
         return ""
     from app.backends.llama_cpp_backend import chat_format_names

@@ -499,27 +499,30 @@ def test_demo_models_read_and_are_compatible(demo_models):
 
 
 def test_a_passed_header_is_not_walked_again_until_the_file_changes(tmp_path, monkeypatch):
-    """One load asks of each model several times (trial check, pair check, backend,
-    library): an unchanged file that passed is walked once per kind of read; a changed
-    or replaced one is walked again, and a refused one every time."""
+    """A load opens each model once (app.engine.model_file) and hands the ModelFile on;
+    across loads an unchanged file that passed is not walked again, a changed or
+    replaced one is, and a refused one every time."""
     import app.engine.gguf_header as header_module
+    from app.engine.model_file import forget_opened_files, open_model_file
 
     walks = []
     walk = header_module._walk
-    monkeypatch.setattr(header_module, "_walk", lambda path, wanted: walks.append(path.name) or walk(path, wanted))
+    monkeypatch.setattr(header_module, "_walk",
+                        lambda path, wanted, shown: walks.append(path.name) or walk(path, wanted, shown))
+    forget_opened_files()
     path = write_vocab_gguf(tmp_path / "kept.gguf", name="first")
     for _ in range(3):
-        validate_gguf(path)
-        assert read_metadata(path).name == "first"
-    assert walks == ["kept.gguf", "kept.gguf"]  # one validation, one metadata read
+        assert open_model_file(path).metadata.name == "first"
+    assert walks == ["kept.gguf"]
 
     replacement = write_vocab_gguf(tmp_path / "new.gguf", name="second, a longer name")
     os.replace(replacement, path)
-    assert read_metadata(path).name == "second, a longer name" and walks[-1] == "kept.gguf" and len(walks) == 3
+    assert open_model_file(path).metadata.name == "second, a longer name" and walks[-1] == "kept.gguf"
+    assert len(walks) == 2
 
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + b"\xff" * 60)
     for _ in range(2):
         with pytest.raises(ModelFileError):
-            validate_gguf(bad)
+            open_model_file(bad)
     assert walks.count("bad.gguf") == 2

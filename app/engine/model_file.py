@@ -1,0 +1,157 @@
+"""One model file as a load sees it: its path resolved once, its header read once.
+
+The pair check, the trial load's caller, the backend and the library each want facts
+about the same file (its vocabulary, its layers, its memory kind). Each used to ask
+for them from a path, so one ``tandem generate`` resolved and validated each file
+several times. :func:`open_model_file` does it once per load and returns a
+:class:`ModelFile` that all of them take (each still accepts a plain path and opens
+it, for callers that hold nothing else).
+
+Resolving the path first turns every way a path can fail to name a model (a symlink
+loop, a dangling link, a directory, a FIFO, a folder that cannot be entered) into one
+``ModelFileError`` line, and gives llama.cpp the very file that was validated (the
+resolved path; messages keep the name the user gave).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from app.engine.gguf_header import GGUFHeader, resolve_model_path, scan_header
+from app.engine.gguf_meta import ModelMetadata, metadata_from, metadata_key
+
+ATTENTION, RECURRENT, HYBRID = "attention", "recurrent", "hybrid"
+
+# llama.cpp decides a model's memory by its architecture's name alone
+# (llm_arch_is_recurrent / llm_arch_is_hybrid in src/llama-arch.cpp of the vendored build).
+RECURRENT_ARCHS = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
+HYBRID_ARCHS = frozenset({
+    "jamba", "falcon-h1", "plamo2", "granitehybrid", "lfm2", "lfm2moe", "nemotron_h", "nemotron_h_moe",
+    "qwen3next", "kimi-linear", "bailingmoe3", "kimi-k3", "glm5-next", "qwen35", "qwen35moe", "qwen4exp",
+    "deepseek4", "minimax-01",
+})
+
+
+def memory_kind_of(architecture: str) -> str:
+    """"attention" (a KV cache only), "recurrent" or "hybrid" (a recurrent state that
+    cannot be cut short), as llama.cpp will treat the architecture."""
+    if architecture in RECURRENT_ARCHS:
+        return RECURRENT
+    if architecture in HYBRID_ARCHS:
+        return HYBRID
+    return ATTENTION
+
+
+@dataclass(frozen=True)
+class FileIdentity:
+    """Which file a path named when it was read: a file rewritten or replaced since is
+    another file (another inode, size, modification or change time)."""
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> FileIdentity:
+        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    """A validated GGUF file and the facts a load needs from its header."""
+
+    path: Path                  # as given: what messages name
+    resolved: Path              # every symlink followed: what llama.cpp and the trial child open
+    identity: FileIdentity
+    header: GGUFHeader = field(repr=False)
+    metadata: ModelMetadata = field(repr=False)
+    n_layers: int | None        # {arch}.block_count
+    memory_kind: str            # ATTENTION, RECURRENT or HYBRID (memory_kind_of)
+
+    @property
+    def architecture(self) -> str:
+        return self.metadata.architecture
+
+    @property
+    def n_vocab(self) -> int:
+        return self.metadata.n_vocab
+
+    @property
+    def file_type(self) -> int | None:
+        return self.metadata.file_type
+
+    def __fspath__(self) -> str:
+        # A ModelFile goes wherever a path does (``Path(model)``: the path as given), and
+        # ``open_model_file`` of that path finds this very object again (``_Opened``).
+        return os.fspath(self.path)
+
+    def unchanged(self) -> bool:
+        """Whether the path still names the file that was read."""
+        try:
+            return FileIdentity.of(os.stat(self.resolved)) == self.identity
+        except (OSError, ValueError):
+            return False
+
+
+def open_model_file(path: str | os.PathLike[str] | ModelFile) -> ModelFile:
+    """Resolve ``path``, validate its header (``gguf_header``, ``gguf_rules``) and read
+    what a load needs, in one walk; a ModelFile passes through as it is. Raises
+    ModelFileError, one line naming ``path``, for anything that is not a model llama.cpp
+    can be given. An unchanged file opened before is not walked again (``_Opened``)."""
+    if isinstance(path, ModelFile):
+        return path
+    given = Path(path)
+    resolved, st = resolve_model_path(given)
+    identity = FileIdentity.of(st)
+    known = _OPENED.get(resolved, identity)
+    if known is not None:
+        return known if known.path == given else replace(known, path=given)
+    header, values = scan_header(resolved, metadata_key, name=given)
+    metadata = metadata_from(given, header, values)
+    arch = metadata.architecture
+    layers = values.get(f"{arch}.block_count") if arch else None
+    opened = ModelFile(path=given, resolved=resolved, identity=identity, header=header, metadata=metadata,
+                       n_layers=layers if type(layers) is int else None, memory_kind=memory_kind_of(arch))
+    _OPENED.put(opened)
+    return opened
+
+
+class _Opened:
+    """Files opened lately, by resolved path and identity. Within a load the ModelFile
+    itself travels; this spares the walk (~0.2 s for the demo target, more for a large
+    vocabulary) across loads of one process: the window checks a pair and then loads
+    it, the server describes the model it serves. A failure is never kept."""
+
+    MOST = 32
+
+    def __init__(self) -> None:
+        self._files: dict[tuple[Path, FileIdentity], ModelFile] = {}
+        self._lock = threading.Lock()
+
+    def get(self, resolved: Path, identity: FileIdentity) -> ModelFile | None:
+        with self._lock:
+            return self._files.get((resolved, identity))
+
+    def put(self, opened: ModelFile) -> None:
+        with self._lock:
+            self._files[(opened.resolved, opened.identity)] = opened
+            while len(self._files) > self.MOST:
+                del self._files[next(iter(self._files))]  # the oldest first
+
+    def clear(self) -> None:
+        with self._lock:
+            self._files.clear()
+
+
+_OPENED = _Opened()
+
+
+def forget_opened_files() -> None:
+    """Walk every file again on its next open (tests that count walks; a file rewritten
+    in place within a second on a file system with coarse times)."""
+    _OPENED.clear()
