@@ -6,6 +6,9 @@ import os
 
 import pytest
 
+# Session fixture: {arch: (target, draft)} of tiny recurrent and hybrid models.
+from recurrent_models import recurrent_pairs  # noqa: E402,F401
+
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 

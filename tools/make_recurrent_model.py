@@ -1,0 +1,79 @@
+"""Write a tiny random-weight recurrent or hybrid GGUF model (and its draft), for measurements.
+
+    python tools/make_recurrent_model.py ARCH PATH [--draft PATH] [--vocab-from GGUF] [--seed N]
+                                         [--ftype Q8_0|F16|F32] [--draft-ftype Q4_0] [--set FIELD=VALUE ...]
+    python tools/make_recurrent_model.py --list
+
+ARCH is one of tests/recurrent_models.py's ARCHITECTURES (mamba, mamba2, lfm2, qwen35,
+nemotron_h, granitehybrid, jamba, falcon-h1); the vocabulary and chat template come
+from ``--vocab-from`` (default: the demo draft, provisioned on first use). ``--set``
+changes a size of tests/recurrent_models.Shape (``--set n_layer=8 --set n_embd=128``).
+``--draft`` also writes a quantised copy, the natural draft of a random model. Example:
+
+    python tools/make_recurrent_model.py lfm2 /tmp/lfm2.gguf --draft /tmp/lfm2.q4.gguf
+    tandem generate --target /tmp/lfm2.gguf --draft /tmp/lfm2.q4.gguf --prompt "Hello"
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]  # the checkout's app and the generator
+
+from recurrent_models import ARCHITECTURES, TARGET_TYPES, Shape, write_draft_copy, write_recurrent_model  # noqa: E402
+
+
+def _sizes(pairs: list[str]) -> dict[str, object]:
+    fields = {f.name: f.type for f in dataclasses.fields(Shape)}
+    sizes: dict[str, object] = {}
+    for pair in pairs:
+        name, _, value = pair.partition("=")
+        if name not in fields or not value:
+            raise SystemExit(f"--set {pair}: expected FIELD=VALUE, FIELD one of {', '.join(fields)}")
+        sizes[name] = float(value) if fields[name] in (float, "float") else int(value)
+    return sizes
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("arch", nargs="?", choices=list(ARCHITECTURES))
+    parser.add_argument("path", nargs="?", type=Path)
+    parser.add_argument("--draft", type=Path, help="also write a quantised copy here")
+    parser.add_argument("--vocab-from", type=Path, help="GGUF whose tokenizer to copy (default: the demo draft)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--ftype", choices=TARGET_TYPES, default="Q8_0")
+    parser.add_argument("--draft-ftype", default="Q4_0")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
+    parser.add_argument("--list", action="store_true", help="list the architectures and exit")
+    opts = parser.parse_args(argv)
+    if opts.list:
+        for a in ARCHITECTURES.values():
+            rollback = "n_rs_seq rollback" if a.rs_rollback else "no n_rs_seq rollback"
+            print(f"{a.name:14s} {a.memory:9s} {rollback:20s} {a.note}")
+        return 0
+    if opts.arch is None or opts.path is None:
+        parser.error("ARCH and PATH are required (or --list)")
+    vocab = opts.vocab_from
+    if vocab is None:
+        from app.models.demo import demo_pair
+
+        vocab = demo_pair().draft
+    started = time.perf_counter()
+    target = write_recurrent_model(opts.path, opts.arch, vocab_from=vocab, seed=opts.seed, ftype=opts.ftype,
+                                   **_sizes(opts.set))
+    print(f"{target}  {target.stat().st_size / 1e6:.1f} MB  {time.perf_counter() - started:.1f} s")
+    if opts.draft:
+        started = time.perf_counter()
+        draft = write_draft_copy(target, opts.draft, opts.draft_ftype)
+        print(f"{draft}  {draft.stat().st_size / 1e6:.1f} MB  {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
