@@ -31,7 +31,7 @@ from app.backends import rpc
 from app.backends.state_checkpoints import KEEP_EVERY, Checkpoint, Checkpoints
 from app.engine.errors import ChatTemplateError, ContextOverflowError, EngineError, ModelFileError
 from app.engine.gguf_header import shown_name, validate_gguf
-from app.engine.memory_kinds import ATTENTION, HYBRID, RECURRENT, memory_note
+from app.engine.memory_kinds import ATTENTION, HYBRID, RECURRENT, RS_SNAPSHOTS_DEFAULT, memory_note
 from app.logs import FILE_ONLY
 
 log = logging.getLogger("tandem.llama")
@@ -52,7 +52,7 @@ TREE_BRANCHES = max(1, int(os.environ.get("TANDEM_TREE_BRANCHES", "8") or 8))
 # verification of up to this many drafts then rolls back with no checkpoint. Each is
 # one more copy of the recurrent state in memory. A draft model gets none (its steps
 # are single tokens, which leave no snapshots to roll back through).
-RS_SNAPSHOTS = max(0, int(os.environ.get("TANDEM_RS_SNAPSHOTS", "16") or 0))
+RS_SNAPSHOTS = max(0, int(os.environ.get("TANDEM_RS_SNAPSHOTS", str(RS_SNAPSHOTS_DEFAULT)) or 0))
 # A batch longer than this is a prompt's (or a re-read's): a kept checkpoint goes
 # before it and after it, so that the next turn, a regenerate or an edit finds one.
 _PROMPT_BATCH = 32

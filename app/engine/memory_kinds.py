@@ -21,6 +21,11 @@ from __future__ import annotations
 
 ATTENTION, RECURRENT, HYBRID = "attention", "recurrent", "hybrid"
 
+# Recurrent-state snapshots a target asks llama.cpp for (``n_rs_seq``; the backend's
+# TANDEM_RS_SNAPSHOTS overrides it): a verification of up to this many drafts rolls back
+# through them, on the architectures in RS_ROLLBACK.
+RS_SNAPSHOTS_DEFAULT = 16
+
 RECURRENT_ARCHS = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
 HYBRID_ARCHS = frozenset({
     "jamba", "falcon-h1", "plamo2", "granitehybrid", "lfm2", "lfm2moe", "nemotron_h", "nemotron_h_moe",
@@ -39,12 +44,16 @@ def memory_kind(architecture: str) -> str:
     return ATTENTION
 
 
-def memory_note(kind: str, snapshots: int) -> str:
+def memory_note(kind: str, snapshots: int, *, draft: bool = False) -> str:
     """One line on what ``kind`` of memory means for speculation ("" for attention);
-    ``snapshots``: the recurrent-state snapshots llama.cpp keeps for a rollback (0: none)."""
+    ``snapshots``: the recurrent-state snapshots llama.cpp keeps for a rollback (0: none);
+    ``draft``: said of a draft model rather than a target."""
     if kind == ATTENTION:
         return ""
     what = "hybrid model (attention + recurrent state)" if kind == HYBRID else "recurrent model (recurrent state)"
+    if draft:
+        return (f"{what}: each draft round saves its state, and a rejected draft restores it and "
+                "decodes the kept tokens again (about one more draft batch per rejection)")
     if snapshots:
         how = (f"a verification rolls back through llama.cpp's {snapshots} state snapshots; "
                "further back, by checkpoints (a saved state restored, the kept tokens decoded again)")
@@ -52,3 +61,10 @@ def memory_note(kind: str, snapshots: int) -> str:
         how = ("speculation rolls back by checkpoints (a saved state restored, the kept tokens "
                "decoded again), which costs about one more target batch per rejected draft")
     return f"{what}: {how}; token trees off (they need a state per branch), drafts are chains"
+
+
+def file_memory_note(architecture: str, *, as_target: bool, snapshots: int = RS_SNAPSHOTS_DEFAULT) -> str:
+    """``memory_note`` for a file not loaded yet, from its architecture: as a target it
+    gets the snapshots its architecture has; a draft's single-token steps use none."""
+    kind = memory_kind(architecture)
+    return memory_note(kind, snapshots if as_target and architecture in RS_ROLLBACK else 0, draft=not as_target)
