@@ -271,3 +271,14 @@ def test_bench_runs_from_an_installed_copy_outside_the_checkout(demo_models, tmp
     report = json.loads(result.stdout)
     assert report["overall"]["prompts"] == 2
     assert set(report["by_category"]) == {"writing", "roleplay"}  # round-robin over the shipped set's first two
+
+
+def test_a_symlink_loop_is_one_line(tmp_path):
+    """A model path that is a symlink loop: one line naming it, no traceback."""
+    (tmp_path / "a.gguf").symlink_to(tmp_path / "b.gguf")
+    (tmp_path / "b.gguf").symlink_to(tmp_path / "a.gguf")
+    for args in (["generate", "--target", str(tmp_path / "a.gguf"), "-p", "hi", "-n", "1"],
+                 ["check-pair", str(tmp_path / "a.gguf"), str(tmp_path / "b.gguf")]):
+        result = tandem(*args)
+        assert result.returncode != 0
+        assert_one_line_error(result, "a.gguf")

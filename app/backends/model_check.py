@@ -32,7 +32,7 @@ from typing import Callable
 
 from app.backends.build_check import ROOT, _signal_name, check_llama_build, fingerprint, json_record, library_files
 from app.engine.errors import ModelFileError
-from app.engine.gguf_header import shown_name, shown_path, validate_gguf
+from app.engine.gguf_header import resolved, shown_name, shown_path, validate_gguf
 
 CHECK_FLAG = "--check-model"  # handled first thing by app.__main__
 CACHE_NAME = "model-checks.json"
@@ -237,7 +237,7 @@ def _clip(text: str, limit: int = 240) -> str:
 
 def trial_key(path: Path, stat: os.stat_result, build: str) -> str:
     digest = hashlib.sha256()
-    digest.update(os.fsencode(path.resolve()) + b"\0")
+    digest.update(os.fsencode(resolved(path)) + b"\0")
     digest.update(f"{stat.st_size}:{stat.st_mtime_ns}:{build}".encode())
     return digest.hexdigest()
 

@@ -179,6 +179,17 @@ def file_error(path: Path, message: str) -> ModelFileError:
     return ModelFileError(f"{shown_name(path)}: {message}")
 
 
+def resolved(path: str | os.PathLike[str]) -> Path:
+    """``path`` with ``~`` expanded and every link followed; a link that leads back to
+    itself (or one the system cannot follow) is a ModelFileError in one line."""
+    path = Path(path).expanduser()
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError) as exc:  # Python < 3.13 says RuntimeError for a loop
+        raise file_error(path, "the path is a symlink loop" if "loop" in str(exc).lower()
+                         else f"cannot be resolved ({exc})") from None
+
+
 def shown_name(path: str | os.PathLike[str]) -> str:
     """A file's name fit to print and log: bytes that are not UTF-8 (a name Python holds
     with surrogates) shown as ``\\xff`` instead of failing every encoder they meet."""

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from app.terminal.arg_types import draft_max_value, real, seed_value, tensor_split, whole, worker_list
+from app.engine.gguf_header import resolved
 from app.engine.types import DrafterKind, SamplingConfig, SpecConfig
 from app.errors import TandemError
 from app.logs import FILE_ONLY
@@ -151,7 +152,7 @@ def chat_format(args: argparse.Namespace) -> str:
     if chosen is None:
         from app.storage.settings import remembered_chat_format
 
-        return remembered_chat_format(str(Path(args.target).expanduser().resolve()) if args.target else "")
+        return remembered_chat_format(str(resolved(args.target)) if args.target else "")
     if chosen == "file":
         return ""
     from app.backends.llama_cpp_backend import chat_format_names
