@@ -272,3 +272,4 @@ def test_bench_runs_from_an_installed_copy_outside_the_checkout(demo_models, tmp
     report = json.loads(result.stdout)
     assert report["overall"]["prompts"] == 2
     assert set(report["by_category"]) == {"writing", "roleplay"}  # round-robin over the shipped set's first two
+

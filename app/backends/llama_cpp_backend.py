@@ -4,6 +4,12 @@ One ``LlamaBackend`` = one model + one context + one sequence. Logits are
 requested only at the positions the engine asks for (never ``logits_all``), and
 rollback is ``llama_memory_seq_rm``. A token tree (``evaluate_tree``) is the one
 time the context holds several sequences, one per leaf, for the length of a round.
+
+A recurrent or hybrid model (``memory``: app/engine/memory_kinds.py) cannot cut its
+state short, except over the last batch's few tokens llama.cpp keeps snapshots of
+(``n_rs_seq``, on some architectures). Everywhere else ``trim`` restores a saved
+state (``state_checkpoints.py``) and decodes the kept tokens again, or decodes from
+the start: it is exact on every memory, or it raises. Such a model has no trees.
 """
 
 from __future__ import annotations
@@ -22,9 +28,11 @@ import llama_cpp as ll
 import numpy as np
 
 from app.backends import rpc
+from app.backends.state_checkpoints import KEEP_EVERY, Checkpoint, Checkpoints
 from app.engine.errors import ChatTemplateError, ContextOverflowError, EngineError, ModelFileError
 from app.engine.model_file import ModelFile, open_model_file
 from app.engine.gguf_header import shown_name, validate_gguf
+from app.engine.memory_kinds import ATTENTION, HYBRID, RECURRENT, RS_SNAPSHOTS_DEFAULT, memory_note
 from app.logs import FILE_ONLY
 
 log = logging.getLogger("tandem.llama")
@@ -40,6 +48,18 @@ FTYPES = {"F32": ll.LLAMA_FTYPE_ALL_F32, "F16": ll.LLAMA_FTYPE_MOSTLY_F16,
 # TANDEM_TREE_BRANCHES=1 makes single-sequence contexts as before trees (no trees then), to
 # measure the two against each other.
 TREE_BRANCHES = max(1, int(os.environ.get("TANDEM_TREE_BRANCHES", "8") or 8))
+# Recurrent-state snapshots llama.cpp keeps per sequence (``n_rs_seq``) where the
+# architecture has them (lfm2, qwen35, nemotron_h ...; clamped to 0 elsewhere): a
+# verification of up to this many drafts then rolls back with no checkpoint. Each is
+# one more copy of the recurrent state in memory. A draft model gets none (its steps
+# are single tokens, which leave no snapshots to roll back through).
+RS_SNAPSHOTS = max(0, int(os.environ.get("TANDEM_RS_SNAPSHOTS", str(RS_SNAPSHOTS_DEFAULT)) or 0))
+# A batch longer than this is a prompt's (or a re-read's): a kept checkpoint goes
+# before it and after it, so that the next turn, a regenerate or an edit finds one.
+_PROMPT_BATCH = 32
+# Checkpoints hold the recurrent part of a hybrid's memory only (its attention part
+# is cut by position); for a pure recurrent model that part is all of it.
+_PARTIAL = ll.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 _LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
 
 
@@ -108,10 +128,12 @@ class LlamaBackend:
     def __init__(self, path: str | Path | ModelFile, *, n_ctx: int = 4096, n_gpu_layers: int = -1,
                  n_threads: int = 0, flash_attention: str = "auto", exact_batches: bool = True,
                  progress: Callable[[float], bool | None] | None = None,
-                 devices: Sequence[rpc.Device] | None = None, tensor_split: Sequence[float] = ()) -> None:
+                 devices: Sequence[rpc.Device] | None = None, tensor_split: Sequence[float] = (),
+                 rs_snapshots: int | None = None) -> None:
         """``devices``: the devices its offloaded layers go to, in order (workers' and this
         machine's; None: this machine's, llama.cpp's own choice); ``tensor_split``: each
-        one's share of them (empty: in proportion to their free memory)."""
+        one's share of them (empty: in proportion to their free memory); ``rs_snapshots``:
+        recurrent-state snapshots to ask for (None: ``RS_SNAPSHOTS``; a draft needs none)."""
         path = Path(path)
         self.model_file = open_model_file(path)  # before llama.cpp sees a byte of it (the load's own: no walk)
         _ensure_initialised()
@@ -142,7 +164,8 @@ class LlamaBackend:
             self._workers = rpc.hold(devices)  # from the load's first connection (close releases)
             _layer_devices = {}
         try:
-            self._load(path, mparams, n_ctx, n_threads, flash_attention, exact_batches)
+            self._load(path, mparams, n_ctx, n_threads, flash_attention, exact_batches,
+                       RS_SNAPSHOTS if rs_snapshots is None else max(0, rs_snapshots))
             if devices is not None:
                 self.layer_split = rpc.layer_split(_layer_devices, devices, ll.llama_model_n_layer(self._model))
         except BaseException:
@@ -153,7 +176,7 @@ class LlamaBackend:
             _layer_devices = None
 
     def _load(self, path: Path, mparams, n_ctx: int, n_threads: int, flash_attention: str,
-              exact_batches: bool) -> None:
+              exact_batches: bool, rs_snapshots: int) -> None:
         # The path's own bytes: a name that is not UTF-8 must load too.
         self._model = ll.llama_model_load_from_file(os.fsencode(path), mparams)
         if not self._model:
@@ -162,11 +185,17 @@ class LlamaBackend:
         self._vocab = ll.llama_model_get_vocab(self._model)
         self.n_vocab = ll.llama_vocab_n_tokens(self._vocab)
         threads = n_threads or default_threads()
+        self.memory = (HYBRID if ll.llama_model_is_hybrid(self._model) else
+                       RECURRENT if ll.llama_model_is_recurrent(self._model) else ATTENTION)
+        # A recurrent state per sequence: a tree would need one per branch, and each
+        # sequence costs a whole state. One sequence, no trees.
+        branches = TREE_BRANCHES if self.memory == ATTENTION else 1
         cparams = ll.llama_context_default_params()
         cparams.n_ctx = n_ctx
         cparams.n_batch = cparams.n_ubatch = min(n_ctx, 512)
-        cparams.n_seq_max = TREE_BRANCHES
-        cparams.kv_unified = TREE_BRANCHES > 1  # coupled sequences (a tree) need it: no sequential split
+        cparams.n_seq_max = branches
+        cparams.kv_unified = branches > 1  # coupled sequences (a tree) need it: no sequential split
+        cparams.n_rs_seq = rs_snapshots if self.memory != ATTENTION else 0
         cparams.n_threads = cparams.n_threads_batch = threads
         cparams.no_perf = True
         float_weights = self._meta("general.file_type") in _FLOAT_FILE_TYPES
@@ -184,9 +213,18 @@ class LlamaBackend:
         self.adaptive_threads = n_threads == 0
         self.n_batch = cparams.n_batch
         self._memory = ll.llama_get_memory(self._ctx)
-        self._batch = ll.llama_batch_init(self.n_batch, 0, TREE_BRANCHES)
-        self.tree_branches = TREE_BRANCHES
+        self._batch = ll.llama_batch_init(self.n_batch, 0, branches)
+        self.tree_branches = branches
         self._tree: list[int] | None = None  # a tree evaluated and not yet kept: its tokens
+        # What llama.cpp honoured of the snapshots (0 where the architecture has none).
+        self.rs_snapshots = ll.llama_n_rs_seq(self._ctx) if self.memory != ATTENTION else 0
+        self.memory_note = memory_note(self.memory, self.rs_snapshots)
+        self._checkpoints = Checkpoints()
+        # The last batch's positions [start, end): snapshots cover a cut within it, once.
+        self._snapshot_span: tuple[int, int] | None = None
+        self._round_point = False  # rollback_point() asked for a checkpoint at the next batch
+        self._last_batch = 0       # tokens in the last evaluate
+        self.rollbacks = {"native": 0, "restored": 0, "redecoded": 0, "tokens_redecoded": 0}
 
         self._read_vocabulary(path)
         self._tokens: list[int] = []
@@ -258,7 +296,25 @@ class LlamaBackend:
             except BaseException:
                 self.trim(cached)  # what the cache holds; the reply that failed ends anyway
                 raise
-        return self._evaluate(tokens, wanted)
+        return self._evaluate_saving(tokens, wanted)
+
+    def _evaluate_saving(self, tokens: list[int], wanted: set[int]) -> np.ndarray:
+        """``_evaluate``, with the checkpoints a recurrent memory needs to come back here."""
+        if self.memory == ATTENTION or not tokens:
+            return self._evaluate(tokens, wanted)
+        pos, n = len(self._tokens), len(tokens)
+        # The round's way back: where the engine said it would come back to (a draft
+        # round), or before a batch whose rollback the snapshots cannot cover.
+        round_point = self._round_point or n - 1 > self.rs_snapshots
+        self._round_point = False
+        if pos and (n > _PROMPT_BATCH or pos - self._checkpoints.last_kept() >= KEEP_EVERY):
+            self._save(kept=True)
+        elif pos and round_point:
+            self._save(kept=False)
+        rows = self._evaluate(tokens, wanted)
+        if n > _PROMPT_BATCH:
+            self._save(kept=True)  # a prompt's end: where a regenerate or the next turn comes back to
+        return rows
 
     def _evaluate(self, tokens: list[int], wanted: set[int]) -> np.ndarray:
         rows = np.empty((len(wanted), self.n_vocab), dtype=np.float32)
@@ -276,19 +332,106 @@ class LlamaBackend:
         return rows
 
     def trim(self, n_keep: int) -> None:
+        """Exact on every memory: afterwards the cache holds ``tokens[:n_keep]`` (a kept
+        branch may still wait in ``_lag``), or this raises BackendError with the cache
+        holding some prefix of them, which ``tokens`` then says."""
         if self._tree is not None:  # a tree left unkept (an error before acceptance): drop all of it
             self._tree = None
             ll.llama_memory_seq_keep(self._memory, 0)
-            ll.llama_memory_seq_rm(self._memory, 0, len(self._tokens) - self._lag, -1)
+            cached = len(self._tokens) - self._lag
+            if not ll.llama_memory_seq_rm(self._memory, 0, cached, -1):
+                self._cut(min(n_keep, cached), native=False)
         if n_keep < len(self._tokens):
             cached = len(self._tokens) - self._lag
             if n_keep < cached:
-                ll.llama_memory_seq_rm(self._memory, 0, n_keep, -1)
-            self._lag = max(0, n_keep - cached)
-            del self._tokens[n_keep:]
+                self._cut(n_keep)
+            else:
+                self._lag = n_keep - cached
+                del self._tokens[n_keep:]
+
+    def rollback_point(self) -> None:
+        """The engine may trim back to the cache's end as it is now (a draft round's
+        start: its single-token steps leave no snapshots to roll back through). A
+        recurrent memory saves its state there before the next batch."""
+        if self.memory != ATTENTION:
+            self._round_point = True
+
+    def _cut(self, n_keep: int, native: bool = True) -> None:
+        """Make the cache hold exactly ``tokens[:n_keep]`` (fewer than it holds): a
+        partial removal where the memory can do one, else the latest checkpoint at or
+        before ``n_keep`` and the tokens after it decoded again, else all of them."""
+        del self._tokens[len(self._tokens) - self._lag:]  # a kept branch not yet cached goes too
+        self._lag = 0
+        self._checkpoints.drop_after(n_keep)
+        if native and self._can_cut(n_keep):
+            if ll.llama_memory_seq_rm(self._memory, 0, n_keep, -1):
+                if self.memory != ATTENTION:
+                    self._snapshot_span = None  # llama.cpp's rollback is single-use until the next batch
+                    self.rollbacks["native"] += 1
+                del self._tokens[n_keep:]
+                return
+            log.debug("llama.cpp refused to cut the sequence at %d of %d; restoring instead", n_keep, len(self._tokens))
+        self._snapshot_span = None
+        point = self._checkpoints.latest_at_or_before(n_keep) if self.memory != ATTENTION else None
+        start = 0
+        if point is not None and self._restore(point):
+            start = point.pos
+            self.rollbacks["restored"] += 1
+        else:
+            ll.llama_memory_clear(self._memory, True)
+        redo = self._tokens[start:n_keep]
+        del self._tokens[start:]
+        if redo:
+            self.rollbacks["redecoded"] += 1
+            self.rollbacks["tokens_redecoded"] += len(redo)
+            self._evaluate_saving(redo, set())
+
+    def _can_cut(self, n_keep: int) -> bool:
+        """Whether ``llama_memory_seq_rm`` can cut at ``n_keep`` exactly. Attention:
+        always. Recurrent: only within the last batch, over at most ``rs_snapshots``
+        tokens, once: llama.cpp accepts a cut it has no snapshot for (an earlier batch's
+        stale one would be used), so it is not asked outside that span."""
+        if self.memory == ATTENTION:
+            return True
+        span = self._snapshot_span
+        return (span is not None and span[1] == len(self._tokens) and span[0] < n_keep
+                and span[1] - n_keep <= self.rs_snapshots)
+
+    def _save(self, *, kept: bool) -> None:
+        """Save the recurrent state at the cache's end (a kept checkpoint, or the round's)."""
+        pos, books = len(self._tokens), self._checkpoints
+        if books.has(pos):
+            if kept and books.round is not None and books.round.pos == pos:
+                books.keep(books.round)
+            return
+        size = ll.llama_state_seq_get_size_ext(self._ctx, 0, _PARTIAL)
+        data = (None if kept else books.buffer_for(size)) or (ctypes.c_uint8 * max(size, 1))()
+        if not size or ll.llama_state_seq_get_data_ext(self._ctx, data, size, 0, _PARTIAL) != size:
+            # No checkpoint here: a rollback past it goes further back, still exact.
+            log.warning("llama.cpp could not save the recurrent state at %d tokens (%s)", pos, _last_error())
+            return
+        checkpoint = Checkpoint(pos, data, size)
+        if kept:
+            books.keep(checkpoint)
+        else:
+            books.set_round(checkpoint)
+
+    def _restore(self, point: Checkpoint) -> bool:
+        """The state saved at ``point`` back in the cache, and the attention part cut
+        there (a no-op for the recurrent part, which ends there now)."""
+        if ll.llama_state_seq_set_data_ext(self._ctx, point.data, point.size, 0, _PARTIAL) != point.size:
+            log.warning("llama.cpp could not restore the recurrent state at %d tokens (%s); decoding from the "
+                        "start instead", point.pos, _last_error())
+            return False
+        if not ll.llama_memory_seq_rm(self._memory, 0, point.pos, -1):
+            log.warning("llama.cpp could not cut a restored state at %d tokens; decoding from the start", point.pos)
+            return False
+        return True
 
     def evaluate_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
         tokens, parents = [int(t) for t in tokens], [int(p) for p in parents]
+        if self.memory != ATTENTION:
+            raise BackendError(f"a {self.memory} model has no token trees (its state is one per sequence)")
         if self._tree is not None:
             raise BackendError("a token tree was evaluated and not kept")
         n = len(tokens)
@@ -349,7 +492,15 @@ class LlamaBackend:
         # a few more tokens in a batch, not another llama.cpp call.
         contiguous = next((i for i, node in enumerate(nodes) if node != i), len(nodes))
         ll.llama_memory_seq_keep(self._memory, 0)
-        ll.llama_memory_seq_rm(self._memory, 0, len(self._tokens) + contiguous, -1)
+        cached = len(self._tokens)
+        if not ll.llama_memory_seq_rm(self._memory, 0, cached + contiguous, -1):
+            # Decoded again from what came before the tree (the whole branch goes in
+            # at the head of the next batch): slower, still exact.
+            if cached:
+                self._cut(cached, native=False)
+            else:
+                ll.llama_memory_clear(self._memory, True)
+            contiguous = 0
         self._tokens.extend(tokens[i] for i in nodes)
         self._lag = len(nodes) - contiguous
 
@@ -362,6 +513,8 @@ class LlamaBackend:
             self.threads = n
 
     def close(self) -> None:
+        if getattr(self, "_checkpoints", None) is not None:
+            self._checkpoints.clear()
         if self._batch is not None:
             ll.llama_batch_free(self._batch)
             self._batch = None
@@ -397,6 +550,7 @@ class LlamaBackend:
             # llama.cpp leaves the cache as it was before this batch.
             raise BackendError(f"llama.cpp failed to evaluate a batch (code {status}: {_last_error()})")
         self._tokens.extend(chunk)
+        self._snapshot_span = (base, base + len(chunk))
 
     def _piece(self, token_id: int, *, special: bool) -> bytes:
         buf = ctypes.create_string_buffer(64)

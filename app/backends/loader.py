@@ -90,6 +90,7 @@ def load_pair(target_path: str | Path, draft_path: str | Path | None = None, *,
                 draft_model = LlamaBackend(draft_path, n_ctx=target.n_ctx, n_gpu_layers=draft_gpu_layers,
                                            n_threads=n_threads, flash_attention=flash_attention,
                                            exact_batches=False,  # a draft's logits only steer guesses
+                                           rs_snapshots=0,  # its single-token steps leave none to use
                                            progress=_checked(draft_path, "draft", report))
                 chosen = ModelDrafter(draft_model, target.n_vocab, eog_ids=target.eog_ids)
             else:

@@ -79,15 +79,32 @@ def cmd_check_pair(args: argparse.Namespace) -> int:
     target, draft = open_model_file(args.target_path), open_model_file(args.draft_path)  # each read once
     result = check_pair(target, draft)
     not_used = heads_not_used(target, draft)
+    memory = memory_lines(target, draft)
     if args.json:
         print(json.dumps({"compatible": result.ok, "rule": result.rule, "reason": result.reason,
-                          "not_used": not_used}))
+                          "not_used": not_used, "memory": memory}))
     else:
         print(result.reason if not result.ok else
               f"Compatible: {shown_name(args.draft_path)} can draft for {shown_name(args.target_path)}.")
         for line in not_used:
             print(line)
+        for role, kind in memory.items():
+            if kind["note"]:
+                print(f"{role.capitalize()} {shown_name(kind['path'])}: {kind['note']}.")
     return 0 if result.ok else 1
+
+
+def memory_lines(target, draft) -> dict[str, dict[str, str]]:
+    """Each file's (a ModelFile) memory kind, and what it means for speculation
+    (app/engine/memory_kinds.py)."""
+    from app.engine.memory_kinds import file_memory_note, memory_kind
+
+    out = {}
+    for role, model in (("target", target), ("draft", draft)):
+        arch = model.metadata.architecture
+        out[role] = {"path": str(model.path), "architecture": arch, "kind": memory_kind(arch),
+                     "note": file_memory_note(arch, as_target=role == "target")}
+    return out
 
 
 def heads_not_used(*files) -> list[str]:

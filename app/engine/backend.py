@@ -42,9 +42,22 @@ class ModelBackend(Protocol):
         """
 
     def trim(self, n_keep: int) -> None:
-        """Drop every cached token from position ``n_keep`` on."""
+        """Drop every cached token from position ``n_keep`` on: exactly, whatever the
+        model's memory (a recurrent one restores a saved state and decodes again,
+        app/backends/llama_cpp_backend.py), or raise EngineError."""
 
     def close(self) -> None: ...
+
+
+class RollbackBackend(ModelBackend, Protocol):
+    """A backend whose way back costs something (optional: a recurrent model's memory).
+    The engine says where it may roll back to when the backend cannot see it: a draft
+    model's round, whose single-token steps a trim may take back."""
+
+    memory_note: str  # what its memory means for speculation, one line ("" for attention)
+
+    def rollback_point(self) -> None:
+        """A later ``trim`` may come back to the cache's end as it is now."""
 
 
 class TreeBackend(ModelBackend, Protocol):

@@ -165,6 +165,11 @@ class ModelDrafter:
         """
         reuse = min(common_prefix(self.model.tokens, context), len(context) - 1)
         self.model.trim(reuse)
+        # The next sync may come back to here: a recurrent model's steps leave no way
+        # back by themselves, so it saves its state here (a no-op on attention).
+        mark = getattr(self.model, "rollback_point", None)
+        if mark is not None:
+            mark()
         return list(context[reuse:])
 
     def _choose(self, logits: np.ndarray, sampling: SamplingConfig, rng: np.random.Generator,

@@ -22,28 +22,7 @@ from pathlib import Path
 
 from app.engine.gguf_header import GGUFHeader, resolve_model_path, scan_header
 from app.engine.gguf_meta import ModelMetadata, metadata_from, metadata_key
-
-ATTENTION, RECURRENT, HYBRID = "attention", "recurrent", "hybrid"
-
-# llama.cpp decides a model's memory by its architecture's name alone
-# (llm_arch_is_recurrent / llm_arch_is_hybrid in src/llama-arch.cpp of the vendored build).
-RECURRENT_ARCHS = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
-HYBRID_ARCHS = frozenset({
-    "jamba", "falcon-h1", "plamo2", "granitehybrid", "lfm2", "lfm2moe", "nemotron_h", "nemotron_h_moe",
-    "qwen3next", "kimi-linear", "bailingmoe3", "kimi-k3", "glm5-next", "qwen35", "qwen35moe", "qwen4exp",
-    "deepseek4", "minimax-01",
-})
-
-
-def memory_kind_of(architecture: str) -> str:
-    """"attention" (a KV cache only), "recurrent" or "hybrid" (a recurrent state that
-    cannot be cut short), as llama.cpp will treat the architecture."""
-    if architecture in RECURRENT_ARCHS:
-        return RECURRENT
-    if architecture in HYBRID_ARCHS:
-        return HYBRID
-    return ATTENTION
-
+from app.engine.memory_kinds import memory_kind
 
 @dataclass(frozen=True)
 class FileIdentity:
@@ -71,7 +50,7 @@ class ModelFile:
     header: GGUFHeader = field(repr=False)
     metadata: ModelMetadata = field(repr=False)
     n_layers: int | None        # {arch}.block_count
-    memory_kind: str            # ATTENTION, RECURRENT or HYBRID (memory_kind_of)
+    memory_kind: str            # ATTENTION, RECURRENT or HYBRID: llama.cpp decides by the architecture's name (memory_kinds.py)
 
     @property
     def architecture(self) -> str:
@@ -116,7 +95,7 @@ def open_model_file(path: str | os.PathLike[str] | ModelFile) -> ModelFile:
     arch = metadata.architecture
     layers = values.get(f"{arch}.block_count") if arch else None
     opened = ModelFile(path=given, resolved=resolved, identity=identity, header=header, metadata=metadata,
-                       n_layers=layers if type(layers) is int else None, memory_kind=memory_kind_of(arch))
+                       n_layers=layers if type(layers) is int else None, memory_kind=memory_kind(arch))
     _OPENED.put(opened)
     return opened
 

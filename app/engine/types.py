@@ -92,6 +92,9 @@ class Stats:
     branch_tokens: int = 0    # of the accepted tokens, those a tree's other branches gave
     lookahead_rounds: int = 0  # rounds whose batch carried lookahead's Jacobi window
     lookahead_note: str = ""   # why lookahead stopped carrying it, when it did
+    # The target's memory, where it changes how speculation runs (a recurrent state:
+    # chains only, rollback by checkpoints; app/engine/memory_kinds.py); "" for attention.
+    memory_note: str = ""
     accepted_by_position: list[int] = field(default_factory=list)
     drafted_by_position: list[int] = field(default_factory=list)
     prompt_tokens: int = 0
@@ -186,6 +189,7 @@ class Stats:
             "branch_tokens": self.branch_tokens,
             "lookahead_rounds": self.lookahead_rounds,
             "lookahead_note": self.lookahead_note,
+            "memory_note": self.memory_note,
             "acceptance": round(self.acceptance, 4),
             "alpha": round(self.alpha, 4),
             "tokens_per_round": round(self.tokens_per_round, 4),

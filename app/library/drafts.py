@@ -23,6 +23,7 @@ from pathlib import Path
 
 from app.engine.errors import ModelFileError
 from app.engine.gguf_meta import ModelMetadata, check_compatibility
+from app.engine.memory_kinds import ATTENTION, file_memory_note, memory_kind
 from app.engine.model_file import open_model_file
 from app.library.entries import LibraryEntry, Vocabulary
 from app.storage.made_drafts import MadeDraft, made_for
@@ -105,6 +106,10 @@ def _praise(target: LibraryEntry, draft: LibraryEntry, ratio: float, same_arch: 
         parts.append(f"{ratio:.1f}x smaller than the target")
     else:
         parts.append("not smaller than the target, so it will not speed it up")
+    if memory_kind(target.architecture) != ATTENTION:
+        # What a recurrent state costs speculation (docs/recurrent-models.md).
+        parts.append("the target " + file_memory_note(target.architecture, as_target=True).split(": ", 1)[1]
+                     .replace("token trees off (they need a state per branch), drafts are chains", "drafts are chains"))
     return ", ".join(parts)
 
 

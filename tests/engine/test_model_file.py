@@ -13,16 +13,8 @@ import pytest
 
 from app.engine import gguf_header
 from app.engine.errors import ModelFileError
-from app.engine.model_file import (
-    ATTENTION,
-    HYBRID,
-    RECURRENT,
-    FileIdentity,
-    ModelFile,
-    forget_opened_files,
-    memory_kind_of,
-    open_model_file,
-)
+from app.engine.memory_kinds import ATTENTION, HYBRID, RECURRENT, memory_kind
+from app.engine.model_file import FileIdentity, ModelFile, forget_opened_files, open_model_file
 
 sys.path.insert(0, os.path.dirname(__file__))
 from gguf_factory import make_tokens, write_vocab_gguf  # noqa: E402
@@ -117,9 +109,9 @@ def test_a_folder_that_cannot_be_entered_is_one_line(tmp_path):
 
 
 def test_memory_kinds_follow_llama_cpps_architecture_tables():
-    assert memory_kind_of("llama") == ATTENTION and memory_kind_of("") == ATTENTION
-    assert memory_kind_of("mamba") == memory_kind_of("rwkv7") == RECURRENT
-    assert memory_kind_of("qwen35") == memory_kind_of("lfm2") == memory_kind_of("granitehybrid") == HYBRID
+    assert memory_kind("llama") == ATTENTION and memory_kind("") == ATTENTION
+    assert memory_kind("mamba") == memory_kind("rwkv7") == RECURRENT
+    assert memory_kind("qwen35") == memory_kind("lfm2") == memory_kind("granitehybrid") == HYBRID
 
 
 def test_the_vendored_llama_cpp_agrees_with_the_tables():
@@ -138,8 +130,8 @@ def test_the_vendored_llama_cpp_agrees_with_the_tables():
         body = text.split(f"bool {function}(const llm_arch & arch)", 1)[1].split("default:", 1)[0]
         return {names[a] for a in re.findall(r"case (LLM_ARCH_\w+):", body)}
 
-    assert {a for a in listed("llm_arch_is_recurrent")} == {a for a in names.values() if memory_kind_of(a) == RECURRENT}
-    assert {a for a in listed("llm_arch_is_hybrid")} == {a for a in names.values() if memory_kind_of(a) == HYBRID}
+    assert {a for a in listed("llm_arch_is_recurrent")} == {a for a in names.values() if memory_kind(a) == RECURRENT}
+    assert {a for a in listed("llm_arch_is_hybrid")} == {a for a in names.values() if memory_kind(a) == HYBRID}
 
 
 def test_model_file_is_immutable(tmp_path):
