@@ -17,8 +17,9 @@ from app.backends.model_check import require_model_runs
 from app.engine.drafters import Drafter, LookupDrafter, ModelDrafter
 from app.engine.errors import EngineError
 from app.engine.lookahead import LookaheadDrafter
-from app.engine.gguf_meta import Compatibility, check_compatibility, read_metadata
+from app.engine.gguf_meta import Compatibility, pair_verdict, read_metadata
 from app.engine.speculative import SpeculativeEngine
+from app.engine.text_bridge import BridgeMode, TextBridge
 from app.engine.types import SPECULATION_OFF, DrafterKind
 
 # (what is loading, fraction done) -> False to cancel
@@ -39,9 +40,10 @@ class LoadedPair:
 
 
 def check_pair(target: str | Path, draft: str | Path, *, trial: bool = True) -> Compatibility:
-    """Can ``draft`` speculate for ``target``? Compatible only if both files also survive
-    a trial load (``trial``); a file that does not raises ModelFileError."""
-    result = check_compatibility(read_metadata(Path(target)), read_metadata(Path(draft)))
+    """Can ``draft`` speculate for ``target``, token for token or through text (another
+    vocabulary)? Usable only if both files also survive a trial load (``trial``); a file
+    that does not raises ModelFileError."""
+    result = pair_verdict(read_metadata(Path(target)), read_metadata(Path(draft)))
     if result.ok and trial:
         require_model_runs(target)
         require_model_runs(draft)
@@ -61,11 +63,13 @@ def load_pair(target_path: str | Path, draft_path: str | Path | None = None, *,
               drafter: DrafterKind = DrafterKind.MODEL, n_ctx: int = 4096, target_gpu_layers: int = -1,
               draft_gpu_layers: int = -1, n_threads: int = 0, flash_attention: str = "auto",
               progress: LoadProgress | None = None, rpc_workers: tuple[str, ...] = (),
-              tensor_split: tuple[float, ...] = ()) -> LoadedPair:
+              tensor_split: tuple[float, ...] = (), through_text: BridgeMode = "auto") -> LoadedPair:
     """Load the models. An incompatible draft is not loaded: the engine runs plain and says why.
 
     ``rpc_workers`` (host:port): the target's offloaded layers go to their devices, then
-    to this machine's GPUs, shared as ``tensor_split`` says; the draft stays here."""
+    to this machine's GPUs, shared as ``tensor_split`` says; the draft stays here.
+    A draft of another vocabulary drafts through text (``TextBridge``), in ``through_text``
+    mode: "auto" lets its policy turn it off where it does not pay, "on" always drafts."""
     report = progress or (lambda what, fraction: None)
     compatibility = None
     if drafter == DrafterKind.MODEL and draft_path:
@@ -84,7 +88,8 @@ def load_pair(target_path: str | Path, draft_path: str | Path | None = None, *,
                                            n_threads=n_threads, flash_attention=flash_attention,
                                            exact_batches=False,  # a draft's logits only steer guesses
                                            progress=_checked(draft_path, "draft", report))
-                chosen = ModelDrafter(draft_model, target.n_vocab, eog_ids=target.eog_ids)
+                chosen = (TextBridge(draft_model, target, through_text) if compatibility.through_text else
+                          ModelDrafter(draft_model, target.n_vocab, eog_ids=target.eog_ids))
             else:
                 note = compatibility.reason
         elif drafter == DrafterKind.MODEL:
