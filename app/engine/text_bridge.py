@@ -221,7 +221,7 @@ class TextBridge:
         target_ends = _ends(self.target.token_bytes(t) for t in proposed)
         if not target_ends or target_ends[-1] != len(text.encode("utf-8")):
             return Draft()  # the target's tokenizer does not give the text back: propose nothing
-        draft_ends = [end - len(tail) for end in _ends(pieces) if end > len(tail)]
+        draft_ends = [end - len(tail) for end in _ends(pieces)]  # one per draft token (some <= 0)
         n = min(agreed_prefix(target_ends, draft_ends), n_max)
         draft = self._fixed.draft_of(proposed[:n], sampling, started)
         # The draft model's confidence, for the policy (each target token: the least sure
@@ -291,7 +291,7 @@ class BridgePolicy:
 
     WARMUP = 4
     OFF_AFTER = 2
-    PROBE_EVERY = 32
+    PROBE_EVERY = 64  # a probe costs a catch-up on every token since the last: rarer than lookahead
     PROBE_MOST = 1024
     KEEP = 16  # rounds the rate is taken over
 

@@ -37,7 +37,7 @@ PROMPTS = [
     "Écris deux phrases en français sur la mer, puis traduis-les en español.",
     "Reply with three emoji that describe a birthday party 🎉 and say why.",
 ]
-N_TOKENS = 32
+N_TOKENS = 24
 
 
 # -- the pieces, without models ----------------------------------------------------------
@@ -182,7 +182,8 @@ def pair(request, gemma, gemma_draft, q41_target, smol_draft):
 
 
 def _prompt(target, text):
-    return chat_tokens(target, build_messages([("user", text)]))
+    """The chat prompt in the target's own format (Gemma's file has none: llama.cpp's 'gemma')."""
+    return chat_tokens(getattr(target, "model", target), build_messages([("user", text)]))
 
 
 def test_greedy_output_is_the_targets_own_both_ways(pair):
@@ -207,7 +208,7 @@ def test_greedy_output_is_the_targets_own_both_ways(pair):
 def test_sampled_first_token_follows_the_target_not_the_draft(pair):
     """Temperature 1, top-k 20: the first token of each reply against the target's exact
     distribution after the prompt, over rounds whose first token was really judged
-    against a proposal through text."""
+    against a proposal through text (one draft token a round: the token it is judged on)."""
     target, draft = pair
     sampling = dict(temperature=1.0, top_k=20)
     prompt = _prompt(target, "Name an animal. Answer with one word.")
@@ -217,9 +218,9 @@ def test_sampled_first_token_follows_the_target_not_the_draft(pair):
     exact = warp(target.evaluate(prompt[-1:], [0])[0], SamplingConfig(**sampling))
     engine = SpeculativeEngine(target, TextBridge(draft, target, mode="on"))
     outputs, proposals = Counter(), Counter()
-    n = 240
+    n = 200
     for seed in range(n):
-        events = engine.generate(prompt, SamplingConfig(seed=seed, **sampling), SpecConfig(draft_max=3), 4).run()
+        events = engine.generate(prompt, SamplingConfig(seed=seed, **sampling), SpecConfig(draft_max=1), 2).run()
         first = events[0]
         if first.kind is TokenKind.ACCEPTED:
             proposals[first.id] += 1
@@ -250,7 +251,7 @@ def test_a_draft_that_spells_everything_in_bytes_changes_nothing(q41_target, tmp
     """A tiny random-weight SentencePiece draft whose words are none of the text's: it
     writes the text in byte-fallback tokens and drafts random bytes (half characters,
     invalid UTF-8). Nothing of that may reach the reply."""
-    from tests.hostile_models import write_model
+    from hostile_models import write_model
     from app.backends.llama_cpp_backend import LlamaBackend
 
     draft = LlamaBackend(write_model(tmp_path / "bytes.gguf"), n_ctx=4096, n_threads=1, exact_batches=False)
@@ -275,10 +276,10 @@ def test_emoji_and_combining_characters_split_across_rounds(pair):
     target, draft = pair
     text = "Repeat exactly: 🎉🇫🇷👩‍💻 café (cafe\u0301) naïve ñ 東京"
     prompt = _prompt(target, text + "\n" + text)
-    plain = [e.id for e in SpeculativeEngine(target).generate(prompt, GREEDY, SpecConfig(enabled=False), 40)]
+    plain = [e.id for e in SpeculativeEngine(target).generate(prompt, GREEDY, SpecConfig(enabled=False), 24)]
     for k in (1, 2):
         bridge = TextBridge(draft, target, mode="on")
-        generation = SpeculativeEngine(target, bridge).generate(prompt, GREEDY, SpecConfig(draft_max=k), 40)
+        generation = SpeculativeEngine(target, bridge).generate(prompt, GREEDY, SpecConfig(draft_max=k), 24)
         events = generation.run()
         assert [e.id for e in events] == plain
         assert "".join(e.text for e in events).encode("utf-8")  # whole characters came out
