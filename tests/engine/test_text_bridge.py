@@ -73,9 +73,15 @@ def test_policy_turns_the_bridge_off_when_rounds_lose_to_plain_steps_and_says_so
     asked = 0
     while policy.drafts(plain):
         asked += 1
-        policy.observe(2, 0.05)  # 40 tokens/s through text
+        policy.observe(2, 0.05)  # 40 tokens/s through text: clearly slower, off at once
         assert asked < 20, "the policy should stop a bridge that does not pay"
-    assert asked <= BridgePolicy.WARMUP + BridgePolicy.OFF_AFTER
+    assert asked == BridgePolicy.CLEAR_WARMUP
+    close = BridgePolicy()  # 90 tokens/s: judged after the warm-up, off after two verdicts
+    asked = 0
+    while close.drafts(plain):
+        asked += 1
+        close.observe(9, 0.1)
+    assert asked == BridgePolicy.WARMUP + BridgePolicy.OFF_AFTER - 1 and close.off
     assert policy.off and "does not pay" in policy.note and "tokens/s" in policy.note
     # Off, it tries again after PROBE_EVERY rounds; a probe that pays turns it back on.
     tries = [policy.drafts(plain) for _ in range(BridgePolicy.PROBE_EVERY)]
