@@ -197,9 +197,8 @@ class TextBridge:
                     break
             draft.keep(start)
             at = draft.ends[-1] if draft.ends else 0
-            fresh = self.model.tokenize(text[at:whole].decode("utf-8"), add_special=not draft.tokens,
-                                        parse_special=True)
-            draft.extend(fresh)
+            draft.extend(tokenize_exactly(self.model, text[at:whole].decode("utf-8"), add_special=not draft.tokens,
+                                          parse_special=True) or [])
             if bytes(draft.text) != text[:whole]:
                 # The draft's tokenizer does not give back the text (it normalises it):
                 # keep what agrees; nothing is drafted until the texts meet again.
@@ -217,7 +216,7 @@ class TextBridge:
         text = valid_prefix(data[len(tail):whole_chars(data)])
         if not text:
             return Draft()
-        proposed = self.target.tokenize(text, add_special=False, parse_special=False)
+        proposed = tokenize_exactly(self.target, text, add_special=False, parse_special=False) or []
         target_ends = _ends(self.target.token_bytes(t) for t in proposed)
         if not target_ends or target_ends[-1] != len(text.encode("utf-8")):
             return Draft()  # the target's tokenizer does not give the text back: propose nothing
@@ -235,6 +234,30 @@ class TextBridge:
 
     def close(self) -> None:
         self._steps.close()
+
+
+def tokenize_exactly(model: ModelBackend, text: str, *, add_special: bool, parse_special: bool) -> list[int] | None:
+    """``text``'s tokens whose bytes are ``text`` (after a BOS when ``add_special`` adds one).
+    A SentencePiece tokenizer with ``add_space_prefix`` (Llama 2, Mistral) puts a space before
+    the text it is given; a piece in the middle of a text must not have it, so the piece is
+    tokenized after a line break and the tokens of that break are dropped. None: no way found."""
+    tokens = model.tokenize(text, add_special=add_special, parse_special=parse_special)
+    lead = 1 if add_special and tokens and tokens[0] == model.bos_id and model.add_bos else 0
+    data = text.encode("utf-8")
+    if b"".join(_piece(model, t) for t in tokens[lead:]) == data:
+        return tokens
+    marked = model.tokenize("\n" + text, add_special=add_special, parse_special=parse_special)
+    at, seen = lead, b""
+    while at < len(marked) and len(seen) < 2 and seen in (b"", b" "):
+        seen += _piece(model, marked[at])
+        at += 1
+        if seen in (b"\n", b" \n") and b"".join(_piece(model, t) for t in marked[at:]) == data:
+            return marked[:lead] + marked[at:]
+    return None
+
+
+def _piece(model: ModelBackend, token: int) -> bytes:
+    return model.token_bytes(token) or model.token_text(token).encode("utf-8")
 
 
 def _common_bytes(a: bytes | bytearray, b: bytes | bytearray) -> int:
@@ -287,7 +310,7 @@ class BridgePolicy:
     ``CLEAR_WARMUP`` rounds) turns it off at once: the bridge costs more than a
     same-vocabulary draft, and a short reply should not pay for a long trial (on the
     2-core bench, SmolLM2 drafting for Gemma 3 ran at 2.6 tokens/s against 9.4 plain,
-    and six rounds of that cost a 32-token reply a quarter of its speed). Off, it is tried again after
+    and six rounds of that slowed a 32-token reply by a quarter or more). Off, it is tried again after
     ``PROBE_EVERY`` rounds, then twice as long each time it still does not pay (up to
     ``PROBE_MOST``). ``mode`` "on" / "off" decides without measuring (a fixed draft
     length asks for "on": the user chose to draft)."""

@@ -255,8 +255,8 @@ def test_sampled_first_token_follows_the_target_not_the_draft(pair):
 
 def test_a_draft_that_spells_everything_in_bytes_changes_nothing(q41_target, tmp_path):
     """A tiny random-weight SentencePiece draft whose words are none of the text's: it
-    writes the text in byte-fallback tokens and drafts random bytes (half characters,
-    invalid UTF-8). Nothing of that may reach the reply."""
+    writes the text in byte-fallback tokens, cannot write a space back, and drafts random
+    bytes (half characters, invalid UTF-8). Nothing of that may reach the reply."""
     from hostile_models import write_model
     from app.backends.llama_cpp_backend import LlamaBackend
 
@@ -269,7 +269,10 @@ def test_a_draft_that_spells_everything_in_bytes_changes_nothing(q41_target, tmp
         bridge = TextBridge(draft, q41_target, mode="on")
         generation = SpeculativeEngine(q41_target, bridge).generate(prompt, GREEDY, SpecConfig(draft_max=4), 24)
         assert [e.id for e in generation] == plain
-        assert bridge.stats.rounds > 0
+        # It cannot write the text back (no "▁" token: a space comes out as the bytes of
+        # U+2581), so every round proposes nothing rather than something wrong.
+        assert bridge.stats.rounds > 0 and bridge.stats.no_proposal == bridge.stats.rounds
+        assert generation.stats.bridged == 0
     finally:
         draft.close()
 
