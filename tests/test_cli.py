@@ -83,24 +83,43 @@ def test_lookup_drafter_runs(demo_models):
     assert json.loads(result.stdout)["stats"]["speculative"] is True
 
 
-def test_check_pair_compatible_and_not(demo_models, tmp_path):
+def test_check_pair_compatible_and_through_text(demo_models, tmp_path):
+    from hostile_models import write_model
+
     ok = tandem("check-pair", str(demo_models.target), str(demo_models.draft), "--json")
     assert ok.returncode == 0
-    assert json.loads(ok.stdout)["compatible"] is True
-    other = write_vocab_gguf(tmp_path / "other.gguf")
-    bad = tandem("check-pair", str(demo_models.target), str(other))
-    assert bad.returncode == 1
-    assert "vocab" in bad.stdout
+    verdict = json.loads(ok.stdout)
+    assert verdict["compatible"] is True and verdict["through_text"] is False
+    other = write_model(tmp_path / "other.gguf")  # a tiny SentencePiece llama: another vocabulary
+    bridged = tandem("check-pair", str(demo_models.target), str(other))
+    assert bridged.returncode == 0, bridged.stderr
+    line = bridged.stdout.strip()
+    assert line.startswith("Drafts through text; acceptance is measured, not promised")
+    assert "BPE ('gpt2', 49,152 tokens)" in line and "SentencePiece ('llama', 288 tokens)" in line
+    assert "Compatible" not in bridged.stdout
 
 
-def test_incompatible_draft_falls_back_to_plain_and_says_why(demo_models, tmp_path):
-    other = write_vocab_gguf(tmp_path / "other.gguf")
-    result = tandem("generate", "--target", str(demo_models.target), "--draft", str(other),
-                    "--prompt", "Hello", "--max-tokens", "4", "--json")
-    assert result.returncode == 0
-    assert "incompatible" in result.stderr and "without speculation" in result.stderr
+def test_a_draft_of_another_vocabulary_drafts_through_text(demo_models, tmp_path):
+    from hostile_models import write_model
+
+    other = write_model(tmp_path / "other.gguf")
+    result = tandem("generate", "--target", str(demo_models.draft), "--draft", str(other),
+                    "--prompt", "Hello", "--max-tokens", "8", "--draft-max", "3", "--temperature", "0", "--json")
+    assert result.returncode == 0, result.stderr
+    assert "incompatible" not in result.stderr
     stats = json.loads(result.stdout)["stats"]
-    assert stats["speculative"] is False and "incompatible" in stats["note"]
+    # Its vocabulary cannot write this text back (no "▁": spaces come out as the bytes of
+    # U+2581), so it proposes nothing, and the reply is the target's as ever.
+    assert stats["speculative"] is True and stats["bridged"] == 0
+    plain = tandem("generate", "--target", str(demo_models.draft), "--prompt", "Hello", "--max-tokens", "8",
+                   "--no-speculation", "--temperature", "0", "--json")
+    assert json.loads(plain.stdout)["text"] == json.loads(result.stdout)["text"]
+
+
+def test_a_broken_draft_of_another_vocabulary_is_one_line(demo_models, tmp_path):
+    other = write_vocab_gguf(tmp_path / "other.gguf")  # a vocabulary and no weights
+    bad = tandem("check-pair", str(demo_models.target), str(other))
+    assert bad.returncode != 0 and "other.gguf" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def _bad_files(tmp_path: Path, demo_models) -> dict[str, tuple[Path, str]]:

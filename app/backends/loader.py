@@ -17,9 +17,10 @@ from app.backends.model_check import require_model_runs
 from app.engine.drafters import Drafter, LookupDrafter, ModelDrafter
 from app.engine.errors import EngineError
 from app.engine.lookahead import LookaheadDrafter
-from app.engine.gguf_meta import Compatibility, check_compatibility
+from app.engine.gguf_meta import Compatibility, pair_verdict
 from app.engine.model_file import ModelFile, open_model_file
 from app.engine.speculative import SpeculativeEngine
+from app.engine.text_bridge import BridgeMode, TextBridge
 from app.engine.types import SPECULATION_OFF, DrafterKind
 
 # (what is loading, fraction done) -> False to cancel
@@ -40,10 +41,11 @@ class LoadedPair:
 
 
 def check_pair(target: str | Path | ModelFile, draft: str | Path | ModelFile, *, trial: bool = True) -> Compatibility:
-    """Can ``draft`` speculate for ``target``? Compatible only if both files also survive
-    a trial load (``trial``); a file that does not raises ModelFileError."""
+    """Can ``draft`` speculate for ``target``, token for token or through text (another
+    vocabulary)? Usable only if both files also survive a trial load (``trial``); a file
+    that does not raises ModelFileError."""
     target, draft = open_model_file(target), open_model_file(draft)
-    result = check_compatibility(target.metadata, draft.metadata)
+    result = pair_verdict(target.metadata, draft.metadata)
     if result.ok and trial:
         require_model_runs(target)
         require_model_runs(draft)
@@ -63,11 +65,13 @@ def load_pair(target_path: str | Path, draft_path: str | Path | None = None, *,
               drafter: DrafterKind = DrafterKind.MODEL, n_ctx: int = 4096, target_gpu_layers: int = -1,
               draft_gpu_layers: int = -1, n_threads: int = 0, flash_attention: str = "auto",
               progress: LoadProgress | None = None, rpc_workers: tuple[str, ...] = (),
-              tensor_split: tuple[float, ...] = ()) -> LoadedPair:
+              tensor_split: tuple[float, ...] = (), through_text: BridgeMode = "auto") -> LoadedPair:
     """Load the models. An incompatible draft is not loaded: the engine runs plain and says why.
 
     ``rpc_workers`` (host:port): the target's offloaded layers go to their devices, then
-    to this machine's GPUs, shared as ``tensor_split`` says; the draft stays here."""
+    to this machine's GPUs, shared as ``tensor_split`` says; the draft stays here.
+    A draft of another vocabulary drafts through text (``TextBridge``), in ``through_text``
+    mode: "auto" lets its policy turn it off where it does not pay, "on" always drafts."""
     report = progress or (lambda what, fraction: None)
     # Each file resolved and its header read once; the pair check, the trial load and the
     # backend all take the same ModelFile.
@@ -92,7 +96,8 @@ def load_pair(target_path: str | Path, draft_path: str | Path | None = None, *,
                                            exact_batches=False,  # a draft's logits only steer guesses
                                            rs_snapshots=0,  # its single-token steps leave none to use
                                            progress=_checked(draft_path, "draft", report))
-                chosen = ModelDrafter(draft_model, target.n_vocab, eog_ids=target.eog_ids)
+                chosen = (TextBridge(draft_model, target, through_text) if compatibility.through_text else
+                          ModelDrafter(draft_model, target.n_vocab, eog_ids=target.eog_ids))
             else:
                 note = compatibility.reason
         elif drafter == DrafterKind.MODEL:

@@ -11,6 +11,10 @@
 - ``lookahead``: no draft model: the target's own n-gram pool (a Jacobi window in its
   batches, ``engine/lookahead.py``) and copies; where the wider batch does not pay, its
   policy stops carrying the window and the run says so.
+- ``text``: the draft given (``--draft``), of another vocabulary than the target's,
+  drafting through text (``engine/text_bridge.py``) in every round its draft length
+  allows: the bridge's own acceptance and speed. ``auto`` with such a draft lets the
+  bridge's policy turn it off where it does not pay (the run says so).
 
 A method this build lacks is registered with no ``prepare`` and says so in one line, so
 the flag's choices stay one list.
@@ -96,6 +100,15 @@ def _lookahead(args: argparse.Namespace, progress: Callable) -> str:
             "and copies from the context, no draft model")
 
 
+def _text(args: argparse.Namespace, progress: Callable) -> str:
+    from app.engine.gguf_header import shown_name
+
+    if not args.draft:
+        raise MethodUnavailable("--method text needs --draft: a draft model whose vocabulary is not the target's")
+    args.drafter, args.through_text = "model", "on"
+    return f"text: {shown_name(args.draft)} drafting through text, in every round (its policy off)"
+
+
 def _target(args: argparse.Namespace):
     if args.target:
         return args.target
@@ -142,5 +155,6 @@ def _auto(args: argparse.Namespace, progress: Callable) -> str:
 register("chain", "a draft model, straight drafts", _chain)
 register("tree", "token trees verified in one batch", _tree)
 register("lookahead", "the target's own n-gram pool, no draft", _lookahead)
+register("text", "a draft of another vocabulary, through text", _text)
 register("self", "a draft made from the target (tandem make-draft)", _self)
 register("auto", "what the app would use for this target", _auto)

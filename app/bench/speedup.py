@@ -255,6 +255,18 @@ def _lookahead_verdict(drafter) -> dict | None:
             "tokens_per_second_without": None if off is None else round(off, 2), "pool_ngrams": len(drafter.pool)}
 
 
+def _bridge_verdict(drafter) -> dict | None:
+    """What drafting through text cost and concluded over the run (None: another drafter)."""
+    from app.engine.text_bridge import TextBridge
+
+    if not isinstance(drafter, TextBridge):
+        return None
+    s = drafter.stats
+    note = drafter.policy.note or f"drafted through text (policy {drafter.policy.mode}), kept on"
+    return {"note": note, "off": drafter.policy.off, "rounds": s.rounds, "no_proposal": s.no_proposal,
+            "fed_tokens": s.fed_tokens, "tokenize_seconds": round(s.tokenize_seconds, 4)}
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from app.bench.busy import busy_cores
     from app.terminal.shared import TerminalProgress, load
@@ -292,15 +304,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
             threads["busy"] = _threads_now(session)
         progress.done()
         window = _lookahead_verdict(session.engine.drafter)
+        bridge = _bridge_verdict(session.engine.drafter)
     finally:
         session.close()
     if window is not None:
         print(f"lookahead: {window['note']}", file=sys.stderr)
+    if bridge is not None:
+        print(f"text: {bridge['note']} ({bridge['rounds']} rounds through text, "
+              f"{bridge['tokenize_seconds']:.2f} s re-tokenizing)", file=sys.stderr)
     if args.json:
         single = next(iter(report.values())) if len(report) == 1 else {"by_draft_max": report}
         single = {"method": args.method, **single}
         if window is not None:
             single["lookahead"] = window
+        if bridge is not None:
+            single["text_bridge"] = bridge
         if busy is not None:
             single = {"busy_processes": args.busy, "quiet": single,
                       "busy": next(iter(busy.values())) if len(busy) == 1 else {"by_draft_max": busy},

@@ -70,8 +70,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_check_pair(args: argparse.Namespace) -> int:
-    """Compatible only when the tokenizers agree and both files survive a trial load in a
-    child process (remembered per file); a file llama.cpp dies on is a one-line error."""
+    """Compatible when the tokenizers agree; with another vocabulary the draft drafts
+    through text (said so, with both tokenizers). Either way both files must survive a
+    trial load in a child process (remembered per file); a file llama.cpp dies on is a
+    one-line error."""
     from app.backends.loader import check_pair
     from app.engine.gguf_header import shown_name
     from app.engine.model_file import open_model_file
@@ -81,10 +83,10 @@ def cmd_check_pair(args: argparse.Namespace) -> int:
     not_used = heads_not_used(target, draft)
     memory = memory_lines(target, draft)
     if args.json:
-        print(json.dumps({"compatible": result.ok, "rule": result.rule, "reason": result.reason,
-                          "not_used": not_used, "memory": memory}))
+        print(json.dumps({"compatible": result.ok, "through_text": result.through_text, "rule": result.rule,
+                          "reason": result.reason, "not_used": not_used, "memory": memory}))
     else:
-        print(result.reason if not result.ok else
+        print(result.reason if not result.ok or result.through_text else
               f"Compatible: {shown_name(args.draft_path)} can draft for {shown_name(args.target_path)}.")
         for line in not_used:
             print(line)

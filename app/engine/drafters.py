@@ -50,6 +50,9 @@ class Draft:
     logits: list[np.ndarray] = field(default_factory=list)
     # A copy: what another place to copy from says instead, where it disagrees.
     other_copies: list[list[int]] = field(default_factory=list)
+    # Drafted through text (``text_bridge.py``): what the draft wrote, in its own tokens
+    # (each one's text), for display only.
+    source: tuple[str, ...] = ()
 
     def __len__(self) -> int:
         return len(self.tokens)

@@ -82,6 +82,9 @@ class Compatibility:
     ok: bool
     rule: str | None  # "vocab_type", "special_tokens", "vocab_size", "token_text"
     reason: str
+    # The vocabularies differ (``rule`` says where) and the draft drafts through text
+    # (text_bridge.py): usable, with no promise about acceptance.
+    through_text: bool = False
 
 
 # ---------------------------------------------------------------------------
@@ -213,6 +216,28 @@ def check_compatibility(target: ModelMetadata, draft: ModelMetadata) -> Compatib
             f"token {i} differs (target {_short_repr(target.tokens[i])}, draft {_short_repr(draft.tokens[i])})",
         )
     return Compatibility(True, None, "Draft is compatible with target.")
+
+
+# tokenizer.ggml.model -> the algorithm people know it by
+_TOKENIZER_NAMES = {"llama": "SentencePiece", "gpt2": "BPE", "bert": "WordPiece", "t5": "Unigram",
+                    "rwkv": "RWKV", "plamo2": "PLaMo-2", "gemma4": "SentencePiece (Gemma 4)"}
+
+
+def tokenizer_name(meta: ModelMetadata) -> str:
+    """e.g. "BPE ('gpt2', 49,152 tokens)"."""
+    return f"{_TOKENIZER_NAMES.get(meta.vocab_type, meta.vocab_type)} ({meta.vocab_type!r}, {meta.n_vocab:,} tokens)"
+
+
+def pair_verdict(target: ModelMetadata, draft: ModelMetadata) -> Compatibility:
+    """What happens with this pair: the same vocabulary drafts token for token
+    (``check_compatibility``); another drafts through text (docs/cross-vocabulary.md),
+    every file with a vocabulary can."""
+    same = check_compatibility(target, draft)
+    if same.ok:
+        return same
+    return Compatibility(True, same.rule, "Drafts through text; acceptance is measured, not promised "
+                         f"(target tokenizer: {tokenizer_name(target)}; draft tokenizer: {tokenizer_name(draft)}; "
+                         f"{same.reason.removeprefix('Draft is incompatible with target: ')}).", through_text=True)
 
 
 def _short_repr(text: str, limit: int = 60) -> str:

@@ -45,6 +45,10 @@ the target's own n-gram pool; while its policy says the wider batch pays, the ro
 tree also carries its Jacobi window, whose outputs feed the pool. The window's nodes
 are deterministic guesses like the rest, so the walk may even keep some.
 
+Text (``text_bridge.py``): a draft model of another vocabulary drafts in its own tokens;
+their text, in the target's tokens, is the round's guess, a fixed sequence verified as a
+copy is. Its policy turns it off where a round through text does not beat a plain step.
+
 Threads (``thread_policy.py``): where the user left the thread count to the engine,
 the step costs measured for the draft policy also choose each model's thread count,
 fewer while another program keeps a core busy; only how fast a step runs changes.
@@ -74,6 +78,7 @@ from app.engine.errors import ContextOverflowError
 from app.engine.lookahead import JacobiWindow, LookaheadRound, lookahead_round
 from app.engine.thread_policy import threads_for
 from app.engine.target_rows import TargetRows
+from app.engine.text_bridge import TextBridge
 from app.engine.tree_round import branch_for, grow_tree, grows_trees
 from app.engine.types import (SPECULATION_OFF, DrafterKind, SamplingConfig, SpecConfig, Stats, StopReason,
                               TokenEvent, TokenKind)
@@ -173,6 +178,7 @@ class SpeculativeEngine:
         started = time.perf_counter()
         emitted = 0
         batch_steps: dict[int, RecentCost] = {}  # this reply's verifications of two tokens or more, by size
+        bridge = self.drafter if isinstance(self.drafter, TextBridge) else None
         try:
             while True:
                 room = min(max_tokens - emitted, target.n_ctx - len(committed))
@@ -185,7 +191,7 @@ class SpeculativeEngine:
 
                 # 1. Draft.
                 round_started = time.perf_counter()
-                draft, copied = Draft(), False
+                draft, copied, bridged = Draft(), False, False
                 window = self._window(spec, constraint, logprobs, room, committed)
                 if spec is not None:
                     plan = policy.plan_round(room - 1)
@@ -196,7 +202,10 @@ class SpeculativeEngine:
                         draft = self._copy(committed, copy_length, sampling, spec.copy_min, sources,
                                            room - 1, spec.draft_max == "auto")
                         copied = len(draft) > 0
-                        if not copied and plan.length >= spec.draft_min:
+                        if not copied and plan.length >= spec.draft_min and (
+                                bridge is None or bridge.policy.drafts(self._plain_steps.value,
+                                                                       spec.draft_max == "auto")):
+                            bridged = bridge is not None
                             # Under a constraint the draft model drafts with its own fork of it.
                             extra = ({"constraint": constraint} if constraint else
                                      branch_for(self.drafter, target, plan.branch))
@@ -281,6 +290,10 @@ class SpeculativeEngine:
                     if draft.tokens and shape is None:
                         policy.observe_overhead(time.perf_counter() - round_started - elapsed
                                                      - sum(draft.step_seconds) - draft.catchup_seconds)
+                if bridged:
+                    stats.bridged += drafted
+                    stats.bridged_accepted += n_accepted
+                    bridge.policy.observe(len(new_tokens), time.perf_counter() - round_started)
                 if getattr(self.drafter, "kind", None) is DrafterKind.LOOKAHEAD:
                     self.drafter.policy.observe(window is not None, len(new_tokens),
                                                 time.perf_counter() - round_started)
@@ -303,6 +316,8 @@ class SpeculativeEngine:
                 stats.draft_seconds = self.drafter.seconds - draft_seconds0
                 if self.drafter.kind is DrafterKind.LOOKAHEAD:
                     stats.lookahead_note = self.drafter.policy.note
+                if bridge is not None:
+                    stats.bridge_note = bridge.policy.note
 
     def _window(self, spec: SpecConfig | None, constraint: Constraint | None, logprobs: int | None,
                 room: int, committed: list[int]) -> JacobiWindow | None:
@@ -352,8 +367,10 @@ class SpeculativeEngine:
 
     def _events(self, draft: Draft, n_accepted: int, token: int,
                 detok: StreamingDetokenizer, choice: TargetRows | _NoRows) -> Iterator[TokenEvent]:
+        source = draft.source or None  # drafted through text: the draft's own tokens, shown on hover
         for i, d in enumerate(draft.tokens[:n_accepted]):
-            yield TokenEvent(d, detok.push(d), TokenKind.ACCEPTED, logprobs=choice.logprobs(i, d))
+            yield TokenEvent(d, detok.push(d), TokenKind.ACCEPTED, logprobs=choice.logprobs(i, d),
+                             draft_source=source)
         last = choice.logprobs(n_accepted, token)
         if not draft.tokens:
             yield TokenEvent(token, detok.push(token), TokenKind.PLAIN, logprobs=last)
@@ -363,7 +380,7 @@ class SpeculativeEngine:
             rejected = draft.tokens[n_accepted]
             yield TokenEvent(token, detok.push(token), TokenKind.CORRECTED, draft_id=rejected,
                              draft_text=token_display_text(self.target.token_bytes(rejected)),
-                             draft_prob=draft.probs[n_accepted], logprobs=last)
+                             draft_prob=draft.probs[n_accepted], logprobs=last, draft_source=source)
 
 
 class _NoRows:

@@ -75,6 +75,9 @@ class TokenEvent:
     draft_text: str | None = None
     draft_prob: float | None = None
     logprobs: TokenLogprobs | None = None  # when the reply was asked for them
+    # Drafted through text (a draft of another vocabulary): the round's draft in the
+    # draft's own tokens, each one's text, for display only (ACCEPTED and CORRECTED).
+    draft_source: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -95,6 +98,9 @@ class Stats:
     # The target's memory, where it changes how speculation runs (a recurrent state:
     # chains only, rollback by checkpoints; app/engine/memory_kinds.py); "" for attention.
     memory_note: str = ""
+    bridged: int = 0           # of the drafted tokens, drafted through text (text_bridge.py)
+    bridged_accepted: int = 0
+    bridge_note: str = ""      # why drafting through text stopped, when it did
     accepted_by_position: list[int] = field(default_factory=list)
     drafted_by_position: list[int] = field(default_factory=list)
     prompt_tokens: int = 0
@@ -190,6 +196,9 @@ class Stats:
             "lookahead_rounds": self.lookahead_rounds,
             "lookahead_note": self.lookahead_note,
             "memory_note": self.memory_note,
+            "bridged": self.bridged,
+            "bridged_accepted": self.bridged_accepted,
+            "bridge_note": self.bridge_note,
             "acceptance": round(self.acceptance, 4),
             "alpha": round(self.alpha, 4),
             "tokens_per_round": round(self.tokens_per_round, 4),

@@ -13,6 +13,9 @@ Best first: drafts Tandem made from this very target (``tandem make-draft``, rem
 compatible drafts of the target's architecture, then those with the very
 same vocabulary, then smaller files before larger (a draft pays only when it is much
 cheaper to run than the target; one not smaller than the target is listed last, said so).
+A draft of another vocabulary drafts through text (docs/cross-vocabulary.md): it is
+listed after every same-vocabulary draft, marked as such, since its acceptance is
+measured, not promised.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class DraftCandidate:
     same_architecture: bool
     same_vocabulary: bool
     made_from_target: str = ""  # how Tandem made it from this very target ("Q4_0"), "" if it did not
+    through_text: bool = False  # another vocabulary: it drafts through text (text_bridge.py)
 
 
 def find_drafts(target: LibraryEntry, library: list[LibraryEntry]) -> list[DraftCandidate]:
@@ -73,8 +77,11 @@ def find_drafts(target: LibraryEntry, library: list[LibraryEntry]) -> list[Draft
                 continue
             verdict = check_compatibility(target_meta, draft_meta)
         if not verdict.ok:
-            reason = verdict.reason.removeprefix("Draft is incompatible with target: ")
-            candidates.append(DraftCandidate(entry, False, reason, ratio, same_arch, same_vocab))
+            why = verdict.reason.removeprefix("Draft is incompatible with target: ")
+            candidates.append(DraftCandidate(
+                entry, True, f"another vocabulary ({why}): drafts through text; acceptance is measured, "
+                             "not promised" + ("" if ratio > 1.0 else "; not smaller than the target"),
+                ratio, same_arch, same_vocab, through_text=True))
             continue
         candidates.append(DraftCandidate(entry, True, _praise(target, entry, ratio, same_arch, same_vocab),
                                          ratio, same_arch, same_vocab))
@@ -91,6 +98,7 @@ def _made_words(made: MadeDraft) -> str:
 
 def _rank(candidate: DraftCandidate) -> tuple:
     return (not candidate.compatible,
+            candidate.through_text,             # another vocabulary: after every same-vocabulary draft
             not candidate.made_from_target,     # made from this very target: first
             candidate.size_ratio <= 1.0,        # not smaller than the target: last of the compatible
             not candidate.same_architecture,

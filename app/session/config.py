@@ -26,6 +26,8 @@ class ModelSpec:
     chat_format: str = ""   # a llama.cpp built-in chat format for the target; '' its own template
     rpc_workers: tuple[str, ...] = ()     # host:port of llama.cpp RPC workers the target is split over
     tensor_split: tuple[float, ...] = ()  # each device's share of the target's layers; () by free memory
+    # A draft of another vocabulary (text_bridge.py): "auto" drafts while it pays, "on" always
+    through_text: str = "auto"
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ModelSpec:

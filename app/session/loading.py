@@ -53,7 +53,7 @@ def load_session(spec: ModelSpec, progress: Progress | None = None) -> ChatSessi
     pair = load_pair(target, draft, drafter=spec.drafter, n_ctx=spec.n_ctx,
                      target_gpu_layers=spec.target_gpu_layers, draft_gpu_layers=spec.draft_gpu_layers,
                      n_threads=spec.n_threads, flash_attention=spec.flash_attention, progress=loading,
-                     rpc_workers=spec.rpc_workers, tensor_split=spec.tensor_split)
+                     rpc_workers=spec.rpc_workers, tensor_split=spec.tensor_split, through_text=spec.through_text)
     speculating = pair.engine.drafter is not None
     compatibility = pair.compatibility
     info = LoadInfo(

@@ -148,7 +148,8 @@ def model_spec(args: argparse.Namespace):
                      target_gpu_layers=args.gpu_layers, draft_gpu_layers=draft_gpu_layers(args),
                      n_threads=args.threads, flash_attention=args.flash_attn, chat_format=chat_format(args),
                      rpc_workers=tuple(getattr(args, "rpc", ())),
-                     tensor_split=tuple(getattr(args, "tensor_split", ())))
+                     tensor_split=tuple(getattr(args, "tensor_split", ())),
+                     through_text=getattr(args, "through_text", "auto"))
 
 
 def chat_format(args: argparse.Namespace) -> str:

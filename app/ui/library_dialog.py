@@ -199,13 +199,18 @@ class LibraryDialog(QDialog):
             return  # an answer for a target no longer chosen
         self.drafts.clear()
         compatible = [c for c in candidates if c.compatible]
+        same = [c for c in compatible if not c.through_text]
         name = self._entries[target_path].name if target_path in self._entries else Path(target_path).name
         self.drafts_label.setText(
-            f"Drafts for {name}: {len(compatible)} compatible" + ("" if compatible else
-            " — none of the models found shares its vocabulary; download a smaller model of the same family."))
+            f"Drafts for {name}: {len(same)} compatible" + (
+                f", {len(compatible) - len(same)} through text" if len(compatible) > len(same) else "")
+            + ("" if same else " — none of the models found shares its vocabulary; one that does not drafts "
+               "through text, with acceptance measured, not promised."))
         for candidate in candidates:
             ratio = f"{candidate.size_ratio:.1f}×" if candidate.size_ratio > 0 else "—"
-            item = QTreeWidgetItem([candidate.entry.name, "compatible" if candidate.compatible else "incompatible",
+            verdict = ("through text" if candidate.through_text else "compatible") if candidate.compatible \
+                else "incompatible"
+            item = QTreeWidgetItem([candidate.entry.name, verdict,
                                     size_shown(candidate.entry.size), ratio, candidate.reason])
             item.setData(0, _PATH_ROLE, candidate.entry.path)
             item.setToolTip(4, candidate.reason)

@@ -39,7 +39,7 @@ class Formats:
     def for_run(self, run: Run) -> QTextCharFormat:
         event = self.events[run.event] if run.event >= 0 else None
         kind = event.kind if event is not None else TokenKind.PLAIN
-        if event is None or kind is not TokenKind.CORRECTED:
+        if event is None or (kind is not TokenKind.CORRECTED and not event.draft_source):
             key = (run.marks, kind)
             fmt = self._cache.get(key)
             if fmt is None:

@@ -274,6 +274,11 @@ class ChatMessage(QFrame):
                     cursor.insertText("".join(run), style.kind_format(run_kind))
                     run, run_kind = [], None
                 _insert_corrected(cursor, event, style)
+            elif event.draft_source:  # drafted through text: its own format carries the draft's tokens
+                if run:
+                    cursor.insertText("".join(run), style.kind_format(run_kind))
+                    run, run_kind = [], None
+                cursor.insertText(event.text, style.format_for(event))
             elif event.kind is run_kind:
                 run.append(event.text)
             else:

@@ -20,6 +20,10 @@ KIND_PROPERTY = QTextFormat.Property.UserProperty + 1
 DRAFT_TEXT_PROPERTY = QTextFormat.Property.UserProperty + 2
 DRAFT_PROB_PROPERTY = QTextFormat.Property.UserProperty + 3
 TARGET_TEXT_PROPERTY = QTextFormat.Property.UserProperty + 4
+# Drafted through text (a draft of another vocabulary): the draft's own tokens' texts,
+# joined by DRAFT_SOURCE_SEPARATOR, for the tooltip of the tokens it drafted.
+DRAFT_SOURCE_PROPERTY = QTextFormat.Property.UserProperty + 5
+DRAFT_SOURCE_SEPARATOR = "\x1f"
 WHITESPACE_TINT_ALPHA = 64  # of 255: visible behind blanks, never mistaken for a character
 
 KIND_DESCRIPTIONS = {
@@ -48,9 +52,15 @@ class TokenStyle:
         return self._formats[kind]
 
     def format_for(self, event: TokenEvent) -> QTextCharFormat:
+        if event.kind is TokenKind.ACCEPTED and event.draft_source:
+            fmt = QTextCharFormat(self._formats[TokenKind.ACCEPTED])
+            fmt.setProperty(DRAFT_SOURCE_PROPERTY, DRAFT_SOURCE_SEPARATOR.join(event.draft_source))
+            return fmt
         if event.kind is not TokenKind.CORRECTED:
             return self._formats[event.kind]
         fmt = QTextCharFormat(self._formats[TokenKind.CORRECTED])
+        if event.draft_source:
+            fmt.setProperty(DRAFT_SOURCE_PROPERTY, DRAFT_SOURCE_SEPARATOR.join(event.draft_source))
         if event.draft_text is not None:
             fmt.setProperty(DRAFT_TEXT_PROPERTY, event.draft_text)
         if event.draft_prob is not None:
@@ -77,7 +87,13 @@ class TokenStyle:
 
 
 def corrected_tooltip(fmt: QTextCharFormat) -> str | None:
-    """Rich text for a corrected token's tooltip (model text escaped), or None for other tokens."""
+    """Rich text for a corrected token's tooltip (model text escaped), or for a token drafted
+    through text (what the draft wrote in its own tokens); None for other tokens."""
+    source = fmt.property(DRAFT_SOURCE_PROPERTY)
+    own = (f"<br>Drafted through text: the draft wrote {_pieces(source)} in its own tokens."
+           if isinstance(source, str) and source else "")
+    if fmt.property(KIND_PROPERTY) == TokenKind.ACCEPTED.value and own:
+        return f"<p style='white-space:pre'><b>Accepted</b>{own}</p>"
     if fmt.property(KIND_PROPERTY) != TokenKind.CORRECTED.value:
         return None
     draft = fmt.property(DRAFT_TEXT_PROPERTY)
@@ -86,4 +102,9 @@ def corrected_tooltip(fmt: QTextCharFormat) -> str | None:
     proposal = html.escape(visible(draft)) if isinstance(draft, str) else "a token"
     chance = f" (p = {prob:.2f})" if isinstance(prob, float) else ""
     chosen = f"<br>The target wrote {html.escape(visible(target))} instead." if isinstance(target, str) else ""
-    return f"<p style='white-space:pre'><b>Corrected</b><br>The draft proposed {proposal}{chance}.{chosen}</p>"
+    return f"<p style='white-space:pre'><b>Corrected</b><br>The draft proposed {proposal}{chance}.{chosen}{own}</p>"
+
+
+def _pieces(joined: str) -> str:
+    """The draft's own tokens, each shown as ``visible`` shows one, escaped."""
+    return " ".join(html.escape(visible(piece)) for piece in joined.split(DRAFT_SOURCE_SEPARATOR))

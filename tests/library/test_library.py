@@ -166,8 +166,11 @@ def test_drafts_ranked_best_first_with_reasons_for_the_rest(home, folder, tmp_pa
     ]
     assert ranked[0].size_ratio > 10 and "smaller than the target" in ranked[0].reason
     assert "not smaller" in ranked[5].reason
-    reasons = {c.entry.name: c.reason for c in ranked if not c.compatible}
+    # Another vocabulary drafts through text: listed after every same-vocabulary draft, marked.
+    assert [c.through_text for c in ranked] == [False] * 6 + [True] * (len(ranked) - 6)
+    reasons = {c.entry.name: c.reason for c in ranked if c.through_text}
     assert set(reasons) == {"org/Diff-GGUF/diff.gguf", "org/Wide-GGUF/wide.gguf", "org/Bos-GGUF/bos.gguf"}
+    assert all("drafts through text" in reason for reason in reasons.values())
     assert "token 10 differs" in reasons["org/Diff-GGUF/diff.gguf"]
     assert "vocabulary sizes differ" in reasons["org/Wide-GGUF/wide.gguf"]
     assert "BOS token ids differ" in reasons["org/Bos-GGUF/bos.gguf"]

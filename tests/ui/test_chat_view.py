@@ -172,3 +172,29 @@ def test_copy_puts_the_message_text_on_the_clipboard(view, qapp):
     reply = view.add_reply([TokenEvent(1, "<b>copied</b>", TokenKind.ACCEPTED)], Stats(tokens=1), COMPLETE)
     reply.copy_button.click()
     assert qapp.clipboard().text() == "<b>copied</b>"
+
+
+def test_tokens_drafted_through_text_show_the_drafts_own_tokens_on_hover(view, qtbot):
+    """A draft of another vocabulary: its tokens take the draft's colours as any draft's,
+    and the hover shows what it wrote in its own tokens (accepted and corrected alike)."""
+    reply = view.add_reply()
+    source = ("Rep", "ly", " <b>")
+    view.append_tokens(reply, [TokenEvent(1, "Reply", TokenKind.ACCEPTED, draft_source=source),
+                               TokenEvent(2, " now", TokenKind.CORRECTED, draft_id=7, draft_text=" <b>",
+                                          draft_prob=0.5, draft_source=source),
+                               TokenEvent(3, " yes", TokenKind.ACCEPTED)])
+    runs = dict(fragments(reply))
+    accepted = QColor(token_palette(view.token_style.dark)["accepted"])
+    assert runs["Reply"].foreground().color() == accepted
+    edit = reply.text_view
+    cursor = edit.textCursor()
+    cursor.setPosition(2)  # inside "Reply"
+    qtbot.waitUntil(lambda: edit.cursorRect(cursor).x() > 0)
+    tip = edit.tooltip_at(edit.cursorRect(cursor).center())
+    assert tip is not None and "Drafted through text" in tip
+    assert "“Rep” “ly” “ &lt;b&gt;”" in tip
+    cursor.setPosition(len("Reply") + 3)  # inside " now"
+    tip = edit.tooltip_at(edit.cursorRect(cursor).center())
+    assert "Corrected" in tip and "“ &lt;b&gt;”" in tip and "in its own tokens" in tip
+    cursor.setPosition(len("Reply now") + 2)  # a token of a same-vocabulary round: no tooltip
+    assert edit.tooltip_at(edit.cursorRect(cursor).center()) is None
