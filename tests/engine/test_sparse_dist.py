@@ -171,3 +171,30 @@ def test_near_top_and_runner_up_match_the_full_softmax() -> None:
     only = np.full(10, -np.inf, dtype=np.float32)
     only[4] = 0.0
     assert near_top(only, 4, second=True) == (1.0, None)
+
+
+def test_near_top_estimates_only_a_tail_too_light_to_matter() -> None:
+    # A peaked row whose tail (each token under e^-16 of the top) still adds ~1% of the
+    # mass: the band is summed exactly, the tail estimated from a sample.
+    rng = np.random.default_rng(4)
+    v = 262_144
+    logits = (-16.5 - rng.random(v)).astype(np.float32)
+    logits[rng.choice(v, 500, replace=False)] = -rng.random(500).astype(np.float32) * 10
+    logits[77] = 0.0
+    x = logits.astype(np.float64)
+    want = 1.0 / np.exp(x - x[77]).sum()
+    prob, second = near_top(logits, 77, second=True)
+    assert prob == pytest.approx(want, rel=1e-3)
+    masked = x.copy()
+    masked[77] = -np.inf
+    assert second == int(np.argmax(masked))
+
+
+def test_sparse_nonzero_is_flatnonzero() -> None:
+    from app.engine.sampling import sparse_nonzero
+
+    rng = np.random.default_rng(8)
+    for v in (5, 63, 64, 1001, 49_152, 152_067):
+        for density in (0.0, 0.0005, 0.01, 0.5, 1.0):
+            mask = rng.random(v) < density
+            np.testing.assert_array_equal(sparse_nonzero(mask), np.flatnonzero(mask))
