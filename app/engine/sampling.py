@@ -194,13 +194,17 @@ def near_top(logits: np.ndarray, token: int, second: bool = False) -> tuple[floa
         e = np.subtract(x, top, dtype=np.float32)
         total = float(np.exp(e, out=e).sum(dtype=np.float64))
         return 1.0 / total, (runner_up(x, token) if second else None)
-    vals = x[band]
-    total = float(np.exp(np.subtract(vals, top, dtype=np.float32)).sum(dtype=np.float64))
     stride = x.size // _TAIL_SAMPLE
-    sample = x[::stride]
-    sample = sample[sample <= floor]
-    total += x.size / (x.size // stride + (x.size % stride > 0)) * float(
-        np.exp(np.subtract(sample, top, dtype=np.float32)).sum(dtype=np.float64))
+    return _band_prob(x, top, band, x[band], x[::stride], token, second)
+
+
+def _band_prob(x: np.ndarray, top: float, band: np.ndarray, vals: np.ndarray, sample: np.ndarray,
+               token: int, second: bool) -> tuple[float, int | None]:
+    """``near_top``'s figures from the band (ids ascending, their logits) and the row's
+    strided sample (for the tail below the band)."""
+    total = float(np.exp(np.subtract(vals, top, dtype=np.float32)).sum(dtype=np.float64))
+    tail = sample[sample <= top - _BAND]
+    total += x.size / sample.size * float(np.exp(np.subtract(tail, top, dtype=np.float32)).sum(dtype=np.float64))
     if not second:
         return 1.0 / total, None
     if band.size > 1:

@@ -147,7 +147,8 @@ class Dist:
     def keep(self, mask: np.ndarray) -> Dist:
         """Only the support's ids where ``mask`` (one bool per ``support()`` id), renormalised."""
         ids = self.support()[mask]
-        return Dist(ids, self.probs_at(ids), 1.0, self.size).normalised()
+        w = self.probs_at(ids)
+        return Dist(ids, w / w.sum(), 1.0, self.size)
 
     def normalised(self) -> Dist:
         """The same distribution with ``total`` 1 (its weights are then its probabilities)."""

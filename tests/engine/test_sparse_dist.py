@@ -198,3 +198,13 @@ def test_sparse_nonzero_is_flatnonzero() -> None:
         for density in (0.0, 0.0005, 0.01, 0.5, 1.0):
             mask = rng.random(v) < density
             np.testing.assert_array_equal(sparse_nonzero(mask), np.flatnonzero(mask))
+
+
+def test_keep_renormalises_over_what_is_left() -> None:
+    for c in (cfg(temperature=1.0), cfg(temperature=0.8, top_k=5)):
+        p = warp_dist(np.arange(12, dtype=np.float32) / 3, c)
+        mask = np.arange(p.support().size) % 2 == 0
+        kept = p.keep(mask)
+        want = p.dense().copy()
+        want[p.support()[~mask]] = 0
+        np.testing.assert_allclose(kept.dense(), want / want.sum(), rtol=1e-12)
