@@ -60,10 +60,8 @@ class TargetRows:
         after every emitted token."""
         k = len(self.draft)
         if self.sampling.greedy:
-            if self.constraint is None and self.n_top is None:
-                n, token = greedy_accept(self.draft, self.rows.argmax(axis=1).tolist())
-            else:
-                n, token = greedy_accept(self.draft, _Rows(k + 1, self._argmax_at))
+            # Row by row: the rows after the first mismatch are never read.
+            n, token = greedy_accept(self.draft, _Rows(k + 1, self._argmax_at))
         elif k == 0:
             n, token = 0, self._dist_at(0).sample(rng)
         else:
@@ -144,6 +142,18 @@ def log_softmax(x: np.ndarray) -> np.ndarray:
 
 def _finite(value: float) -> float:
     return value if math.isfinite(value) else NO_PROBABILITY
+
+
+def row_argmax(rows: np.ndarray) -> Sequence[int]:
+    """Each row's argmax, worked out when asked for (an acceptance walk reads few)."""
+    cache: dict[int, int] = {}
+
+    def at(i: int) -> int:
+        if i not in cache:
+            cache[i] = int(np.argmax(rows[i]))
+        return cache[i]
+
+    return _Rows(len(rows), at)
 
 
 class _Rows(Sequence):
