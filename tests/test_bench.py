@@ -98,6 +98,19 @@ def test_bench_json_and_chart(demo_models, tmp_path):
         a, k = row["alpha"], row["mean_draft_length"]
         assert row["ideal_speedup"] == pytest.approx(ideal_speedup(a, k, row["c"], row["v"]), rel=1e-2)
     assert report["overall"]["prompts"] == 2
+    # By default the bench samples as the app does, and splits the time four ways.
+    assert report["sampling"] == "T 0.8, top-k 40, top-p 0.95, min-p 0.05, seed 0"
+    overall = report["overall"]
+    split = overall["seconds_split"]
+    assert set(split) == {"draft_llama", "target_llama", "draft_host", "verify_host"}
+    assert all(v > 0 for v in split.values())
+    # Per round and per drafted token: the same host time over rounds and over drafted tokens.
+    assert overall["host_ms_per_round"] > 0 and overall["host_ms_per_drafted"] > 0
+    assert overall["host_ms_per_round"] / overall["host_ms_per_drafted"] == pytest.approx(
+        overall["mean_draft_length"], rel=0.01)
+    assert "host drafting" in subprocess.run(
+        [sys.executable, "-m", "app", "bench", "--prompts", str(prompts), "--max-tokens", "8", "--repeat", "1",
+         "--draft-max", "4", "--limit", "1"], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT).stdout
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -107,9 +120,10 @@ def test_bench_list_of_draft_lengths(demo_models, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     result = subprocess.run(
         [sys.executable, "-m", "app", "bench", "--prompts", str(prompts), "--max-tokens", "12",
-         "--draft-max", "2,auto", "--repeat", "2", "--copy", "both", "--json"],
+         "--draft-max", "2,auto", "--repeat", "2", "--copy", "both", "--json", "--temperature", "0"],
         capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["sampling"] == "greedy"
     report = json.loads(result.stdout)["by_draft_max"]
     assert set(report) == {"2", "auto", "2 nocopy", "auto nocopy"}
     assert report["2"]["overall"]["prompts"] == 1  # two runs of the one prompt count as one

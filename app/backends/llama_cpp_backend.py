@@ -279,7 +279,12 @@ class LlamaBackend:
     def token_text(self, token_id: int) -> str:
         return self._piece(token_id, special=True).decode("utf-8", errors="replace")
 
-    def evaluate(self, tokens: Sequence[int], logits_at: Sequence[int]) -> np.ndarray:
+    # ``evaluate(..., borrow=True)`` and ``evaluate_tree(..., borrow=True)`` may return a
+    # view of llama.cpp's own logits buffer (no copy of (k+1) x vocabulary floats); it is
+    # valid until this context's next decode, so callers read it and let it go.
+    lends_logits = True
+
+    def evaluate(self, tokens: Sequence[int], logits_at: Sequence[int], borrow: bool = False) -> np.ndarray:
         tokens = list(tokens)
         if len(self._tokens) + len(tokens) > self.n_ctx:
             raise ContextOverflowError(
@@ -292,16 +297,16 @@ class LlamaBackend:
             self._lag = 0
             tokens, wanted = head + tokens, {len(head) + i for i in wanted}
             try:
-                return self._evaluate(tokens, wanted)
+                return self._evaluate(tokens, wanted, borrow)
             except BaseException:
                 self.trim(cached)  # what the cache holds; the reply that failed ends anyway
                 raise
-        return self._evaluate_saving(tokens, wanted)
+        return self._evaluate_saving(tokens, wanted, borrow)
 
-    def _evaluate_saving(self, tokens: list[int], wanted: set[int]) -> np.ndarray:
+    def _evaluate_saving(self, tokens: list[int], wanted: set[int], borrow: bool = False) -> np.ndarray:
         """``_evaluate``, with the checkpoints a recurrent memory needs to come back here."""
         if self.memory == ATTENTION or not tokens:
-            return self._evaluate(tokens, wanted)
+            return self._evaluate(tokens, wanted, borrow)
         pos, n = len(self._tokens), len(tokens)
         # The round's way back: where the engine said it would come back to (a draft
         # round), or before a batch whose rollback the snapshots cannot cover.
@@ -311,12 +316,17 @@ class LlamaBackend:
             self._save(kept=True)
         elif pos and round_point:
             self._save(kept=False)
-        rows = self._evaluate(tokens, wanted)
-        if n > _PROMPT_BATCH:
+        rows = self._evaluate(tokens, wanted, borrow)
+        if n > _PROMPT_BATCH:  # (saving a state decodes nothing: borrowed rows stay valid)
             self._save(kept=True)  # a prompt's end: where a regenerate or the next turn comes back to
         return rows
 
-    def _evaluate(self, tokens: list[int], wanted: set[int]) -> np.ndarray:
+    def _evaluate(self, tokens: list[int], wanted: set[int], borrow: bool = False) -> np.ndarray:
+        if borrow and wanted and len(tokens) <= self.n_batch:
+            # One decode makes every row: they lie in llama.cpp's buffer, contiguous and
+            # in batch order, until the next decode.
+            self._decode(tokens, [i in wanted for i in range(len(tokens))])
+            return self._logits_view(len(wanted))
         rows = np.empty((len(wanted), self.n_vocab), dtype=np.float32)
         row = 0
         for start in range(0, len(tokens), self.n_batch):
@@ -428,7 +438,7 @@ class LlamaBackend:
             return False
         return True
 
-    def evaluate_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+    def evaluate_tree(self, tokens: Sequence[int], parents: Sequence[int], borrow: bool = False) -> np.ndarray:
         tokens, parents = [int(t) for t in tokens], [int(p) for p in parents]
         if self.memory != ATTENTION:
             raise BackendError(f"a {self.memory} model has no token trees (its state is one per sequence)")
@@ -474,9 +484,9 @@ class LlamaBackend:
             ll.llama_memory_seq_keep(self._memory, 0)
             raise BackendError(f"llama.cpp failed to evaluate a token tree (code {status}: {_last_error()})")
         self._lag = 0
-        rows = np.array(np.ctypeslib.as_array(ll.llama_get_logits(self._ctx), shape=(n, self.n_vocab)))
+        rows = self._logits_view(n)
         self._tree = tokens
-        return rows
+        return rows if borrow else np.array(rows)
 
     def keep_branch(self, nodes: Sequence[int]) -> None:
         if self._tree is None:
@@ -535,6 +545,13 @@ class LlamaBackend:
             pass
 
     # -- internals -------------------------------------------------------------
+    def _logits_view(self, n: int) -> np.ndarray:
+        """The last decode's ``n`` rows of logits, in llama.cpp's buffer (no copy)."""
+        ptr = ll.llama_get_logits(self._ctx)
+        if not ptr:
+            raise BackendError("llama.cpp returned no logits for the batch")
+        return np.ctypeslib.as_array(ptr, shape=(n, self.n_vocab))
+
     def _decode(self, chunk: list[int], flags: list[bool]) -> None:
         batch = self._batch
         base = len(self._tokens)

@@ -33,7 +33,9 @@ class Tally:
     plain_steps: int = 0
     plain_step_seconds: float = 0.0   # inside the target's calls, plain runs
     verify_seconds: float = 0.0       # inside the target's calls, speculative runs
-    draft_seconds: float = 0.0
+    draft_seconds: float = 0.0       # inside the draft model's calls, speculative runs
+    draft_host_seconds: float = 0.0   # host work drafting, speculative runs
+    verify_host_seconds: float = 0.0  # host work verifying, speculative runs
     copied: int = 0
     copied_accepted: int = 0
     prompts: int = 0
@@ -53,6 +55,8 @@ class Tally:
         self.plain_step_seconds += plain.target_seconds
         self.verify_seconds += spec.target_seconds
         self.draft_seconds += spec.draft_seconds
+        self.draft_host_seconds += spec.draft_host_seconds
+        self.verify_host_seconds += spec.verify_host_seconds
         self.copied += spec.copied
         self.copied_accepted += spec.copied_accepted
 
@@ -71,6 +75,7 @@ class Tally:
         v = self.verify_seconds / self.rounds / step if self.rounds and step else 1.0
         ideal = ideal_speedup(alpha, k, c, v)
         speedup = spec_tps / plain_tps if plain_tps else 0.0
+        host = self.draft_host_seconds + self.verify_host_seconds
         return {
             "prompts": self.prompts,
             "plain_tokens_per_second": round(plain_tps, 3),
@@ -88,6 +93,14 @@ class Tally:
             "copy_acceptance": round(self.copied_accepted / self.copied, 4) if self.copied else 0.0,
             "python_overhead": round(self.python_seconds / (self.plain_seconds + self.spec_seconds), 4)
             if self.plain_seconds + self.spec_seconds else 0.0,
+            # The speculative runs' time four ways: inside llama.cpp (draft, target) and on
+            # the host (drafting, verifying); and the host's part per round and per drafted token.
+            "seconds_split": {"draft_llama": round(self.draft_seconds, 4),
+                              "target_llama": round(self.verify_seconds, 4),
+                              "draft_host": round(self.draft_host_seconds, 4),
+                              "verify_host": round(self.verify_host_seconds, 4)},
+            "host_ms_per_round": round(1000 * host / self.rounds, 4) if self.rounds else 0.0,
+            "host_ms_per_drafted": round(1000 * host / self.drafted, 4) if self.drafted else 0.0,
         }
 
 
@@ -188,6 +201,11 @@ def format_table(report: dict) -> str:
                          f"no draft steps), {overall['copy_acceptance']:.2f} of copied tokens accepted")
         lines.append(f"{'':>{width}} measured costs: c = {overall['c']:.3f} (draft step / target step), "
                      f"v = {overall['v']:.3f} (verify k+1 / target step)")
+        split = overall["seconds_split"]
+        lines.append(f"{'':>{width}} time: llama.cpp draft {split['draft_llama']:.2f} s, target "
+                     f"{split['target_llama']:.2f} s; host drafting {split['draft_host']:.2f} s, verifying "
+                     f"{split['verify_host']:.2f} s: host {overall['host_ms_per_round']:.2f} ms a round, "
+                     f"{overall['host_ms_per_drafted']:.2f} ms a drafted token")
     for setting, result in report.items():
         comparisons = list(result.get("vs_fixed", {}).items())
         if "vs_no_copy" in result:

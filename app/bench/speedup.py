@@ -41,7 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.bench.report import NO_COPY, busy_comparison, format_busy, format_table, middle_run, summarize
-from app.terminal.arg_types import regular_file, whole
+from app.terminal.arg_types import real, regular_file, whole
+from app.storage.settings import Settings
 from app.errors import TandemError
 from app.terminal.prompt_files import read_jsonl, text_field
 from app.engine.draft_policy import draft_policy
@@ -129,6 +130,18 @@ def add_parser(commands, add_model_arguments) -> None:
                             "like off,on runs each, the later ones labelled \"auto tree=on\" (default: auto)")
     from app.bench import methods as bench_methods
 
+    defaults = Settings()
+    sampled = bench.add_argument_group("sampling (default: the app's settings; --temperature 0 measures greedy)")
+    sampled.add_argument("--temperature", "--temp", type=real(0.0, 100.0), metavar="T", default=defaults.temperature,
+                         help="sampling temperature, 0 = greedy (default: %(default)s)")
+    sampled.add_argument("--top-k", type=whole(0), metavar="K", default=defaults.top_k,
+                         help="keep the k likeliest tokens, 0 = all (default: %(default)s)")
+    sampled.add_argument("--top-p", type=real(0.0, 1.0, low_open=True), metavar="P", default=defaults.top_p,
+                         help="nucleus sampling mass, 1 = off (default: %(default)s)")
+    sampled.add_argument("--min-p", type=real(0.0, 1.0), metavar="P", default=defaults.min_p,
+                         help="drop tokens below this share of the likeliest, 0 = off (default: %(default)s)")
+    sampled.add_argument("--seed", type=whole(0, 2**63 - 1), metavar="N", default=0,
+                         help="random seed, the same for every run so that runs repeat (default: %(default)s)")
     bench_methods.add_arguments(bench)
     bench.add_argument("--json", action="store_true", help="print the report as one JSON object")
     bench.add_argument("--chart", type=Path, help="write a PNG chart of speed-up and acceptance per category (default: no chart)")
@@ -173,25 +186,27 @@ def _tree_settings(value: str) -> list[str]:
 
 def run_bench(engine, target, prompts: list[BenchPrompt], draft_settings: list[int | str],
               max_tokens: int, progress=None, repeat: int = 1, copy: str = "on",
-              trees: Sequence[str] = ("auto",), regenerate: bool = False) -> dict:
+              trees: Sequence[str] = ("auto",), regenerate: bool = False,
+              sampling: SamplingConfig = SamplingConfig(temperature=0.0)) -> dict:
     """Each prompt runs ``repeat`` times plainly and in every draft setting, in an
     order that rotates from run to run, so drift in machine load hits every
     setting alike; the plain run is every setting's baseline for that prompt.
     ``regenerate``: each run replaces a reply (see ``measure``)."""
     specs = bench_specs(draft_settings, copy, trees)
-    runs = measure(engine, target, prompts, specs, max_tokens, progress, repeat, regenerate)
+    runs = measure(engine, target, prompts, specs, max_tokens, progress, repeat, regenerate, sampling)
     return summarize(prompts, runs, list(specs))
 
 
 def measure(engine, target, prompts: list[BenchPrompt], settings: dict[str, SpecConfig],
-            max_tokens: int, progress=None, repeat: int = 1, regenerate: bool = False) -> list[dict[str, Stats]]:
+            max_tokens: int, progress=None, repeat: int = 1, regenerate: bool = False,
+            sampling: SamplingConfig = SamplingConfig(temperature=0.0)) -> list[dict[str, Stats]]:
     """Per prompt, the middle run (see ``middle_run``) of each mode: "plain" and each setting.
     ``regenerate``: the prompt's greedy reply is made first, untimed, and every run is its
     regeneration, with it as a copy source (plain decoding copies nothing, so it is the
-    same run either way)."""
+    same run either way). ``sampling``: how every run decodes (greedy by default; the CLI
+    defaults to the app's settings)."""
     from app.engine.chat import build_messages, chat_tokens
 
-    greedy = SamplingConfig(temperature=0.0)
     modes: list[str] = ["plain", *settings]
     specs = {"plain": SpecConfig(enabled=False), **settings}
     # One policy per setting, so one auto setting's measurements (and choices) do not
@@ -207,7 +222,7 @@ def measure(engine, target, prompts: list[BenchPrompt], settings: dict[str, Spec
         for attempt in range(repeat):
             shift = (index * repeat + attempt) % len(modes)
             for mode in modes[shift:] + modes[:shift]:
-                generation = engine.generate(tokens, greedy, specs[mode], max_tokens, policy=policies[mode],
+                generation = engine.generate(tokens, sampling, specs[mode], max_tokens, policy=policies[mode],
                                              copy_sources=replaced)
                 generation.run()
                 runs[mode].append(generation.stats)
@@ -225,6 +240,18 @@ def replaced_reply(engine, prompt: list[int], max_tokens: int) -> list[int]:
     generation = engine.generate(prompt, SamplingConfig(temperature=0.0), SpecConfig(enabled=False), max_tokens)
     text = "".join(event.text for event in generation.run())
     return engine.target.tokenize(text, add_special=False, parse_special=False)
+
+
+def bench_sampling(args: argparse.Namespace) -> SamplingConfig:
+    return SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                          min_p=args.min_p, seed=args.seed)
+
+
+def describe_sampling(sampling: SamplingConfig) -> str:
+    if sampling.greedy:
+        return "greedy"
+    return (f"T {sampling.temperature:g}, top-k {sampling.top_k}, top-p {sampling.top_p:g}, "
+            f"min-p {sampling.min_p:g}, seed {sampling.seed}")
 
 
 def prompts_path(args: argparse.Namespace) -> Path:
@@ -294,13 +321,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if session.engine.drafter is None:
             raise BenchError(f"Nothing to compare: {session.engine.note}")
         regenerate = args.workload == "regenerate"
+        sampling = bench_sampling(args)
+        print(f"sampling {describe_sampling(sampling)}", file=sys.stderr)
         report = run_bench(session.engine, session.target, prompts, settings, args.max_tokens, progress,
-                           args.repeat, args.copy, trees, regenerate)
+                           args.repeat, args.copy, trees, regenerate, sampling)
         if args.busy:
             threads = {"quiet": _threads_now(session)}
             with busy_cores(args.busy):
                 busy = run_bench(session.engine, session.target, prompts, settings, args.max_tokens, progress,
-                                 args.repeat, args.copy, trees, regenerate)
+                                 args.repeat, args.copy, trees, regenerate, sampling)
             threads["busy"] = _threads_now(session)
         progress.done()
         window = _lookahead_verdict(session.engine.drafter)
@@ -314,7 +343,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
               f"{bridge['tokenize_seconds']:.2f} s re-tokenizing)", file=sys.stderr)
     if args.json:
         single = next(iter(report.values())) if len(report) == 1 else {"by_draft_max": report}
-        single = {"method": args.method, **single}
+        single = {"method": args.method, "sampling": describe_sampling(sampling), **single}
         if window is not None:
             single["lookahead"] = window
         if bridge is not None:

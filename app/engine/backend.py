@@ -38,7 +38,8 @@ class ModelBackend(Protocol):
         """Append ``tokens`` to the cache in one batch.
 
         Returns float32 logits of shape (len(logits_at), n_vocab), one row per
-        index into ``tokens``; logits are computed only at those indices.
+        index into ``tokens``; logits are computed only at those indices. The array
+        is the caller's (see ``LendingBackend`` for one that is not).
         """
 
     def trim(self, n_keep: int) -> None:
@@ -86,3 +87,32 @@ class ThreadedBackend(ModelBackend, Protocol):
     adaptive_threads: bool    # the user left the count to the engine (threads setting 0)
 
     def set_threads(self, n: int) -> None: ...
+
+
+class LendingBackend(ModelBackend, Protocol):
+    """A backend that can lend its logits instead of copying them (optional: the engine
+    borrows only from backends with ``lends_logits``; see ``borrow_rows``).
+
+    ``evaluate(tokens, logits_at, borrow=True)`` (and ``evaluate_tree(..., borrow=True)``
+    for a TreeBackend) may return a view of the backend's own buffer: valid until the
+    backend's next step, which overwrites it. Whoever borrows reads it and lets it go;
+    nothing that outlives the step may keep it or anything that is a view of it."""
+
+    lends_logits: bool
+
+    def evaluate(self, tokens: Sequence[int], logits_at: Sequence[int], borrow: bool = False) -> np.ndarray: ...
+
+
+def borrow_rows(backend: ModelBackend, tokens: Sequence[int], logits_at: Sequence[int]) -> np.ndarray:
+    """``backend.evaluate``, borrowing the rows where the backend lends them: valid
+    until its next step (``LendingBackend``)."""
+    if getattr(backend, "lends_logits", False):
+        return backend.evaluate(tokens, logits_at, borrow=True)
+    return backend.evaluate(tokens, logits_at)
+
+
+def borrow_tree(backend: TreeBackend, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+    """``backend.evaluate_tree``, borrowing as ``borrow_rows`` does."""
+    if getattr(backend, "lends_logits", False):
+        return backend.evaluate_tree(tokens, parents, borrow=True)
+    return backend.evaluate_tree(tokens, parents)

@@ -19,7 +19,8 @@ from typing import Protocol
 import numpy as np
 
 from app.engine.errors import EngineError
-from app.engine.sampling import warp
+from app.engine.sampling import warp_dist
+from app.engine.sparse_dist import Dist
 from app.engine.types import SamplingConfig
 
 # Candidates tried before the whole vocabulary when looking for the best allowed
@@ -89,33 +90,29 @@ def constrained_argmax(logits: np.ndarray, constraint: Constraint) -> int:
     return top
 
 
-def constrained_dist(logits: np.ndarray, sampling: SamplingConfig, constraint: Constraint) -> np.ndarray:
+def constrained_dist(logits: np.ndarray, sampling: SamplingConfig, constraint: Constraint) -> Dist:
     """The distribution to sample from under ``constraint``: the warped distribution
     with what the constraint forbids removed and the rest renormalised. Only the warped
     support is checked (top-k, top-p and min-p keep it small). When the constraint
     forbids all of it, warping runs again on the masked logits, so the truncation picks
-    among allowed tokens. Greedy gives the one-hot of ``constrained_argmax``."""
+    among allowed tokens. Greedy gives the point at ``constrained_argmax``."""
+    x = np.asarray(logits)
     if sampling.greedy:
-        out = np.zeros(np.asarray(logits).size, dtype=np.float64)
-        out[constrained_argmax(logits, constraint)] = 1.0
-        return out
-    p = warp(logits, sampling)
-    support = np.flatnonzero(p)
+        return Dist.point(constrained_argmax(x, constraint), x.size)
+    p = warp_dist(x, sampling)
+    support = p.support()
     ok = constraint.allows(support.astype(np.int32))
     if ok.all():
         return p
     if ok.any():
-        p[support[~ok]] = 0.0
-        p /= p.sum()
-        return p
-    x = np.asarray(logits)
+        return p.keep(ok)
     allowed = _allowed_top(x, sampling, constraint)
     if allowed is None:
         allowed = allowed_mask(constraint, x.size)
     masked = np.where(allowed, x, -np.inf).astype(np.float32)
     if not np.isfinite(masked.max()):
         raise ConstraintError("The grammar allows no token the model can write here.")
-    return warp(masked, sampling)
+    return warp_dist(masked, sampling)
 
 
 def _allowed_top(x: np.ndarray, sampling: SamplingConfig, constraint: Constraint) -> np.ndarray | None:

@@ -16,10 +16,11 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
-from app.engine.backend import ModelBackend
+from app.engine.backend import ModelBackend, borrow_rows
 from app.engine.constraints import Constraint, ConstraintError, constrained_argmax, constrained_dist, trim_to_constraint
 from app.engine.copy_sources import CopySources
-from app.engine.sampling import sample, warp
+from app.engine.sampling import near_top, runner_up, softmax_prob, warp_dist
+from app.engine.sparse_dist import Dist
 from app.engine.types import DrafterKind, SamplingConfig
 
 
@@ -27,8 +28,9 @@ from app.engine.types import DrafterKind, SamplingConfig
 class Draft:
     tokens: list[int] = field(default_factory=list)
     # Per drafted token: the distribution it was drawn from (temperature > 0 only;
-    # the rejection rule needs exactly that q) and the drafter's probability of it.
-    q: list[np.ndarray] = field(default_factory=list)
+    # the rejection rule needs exactly that q: a ``Dist``, a copy's a point at its
+    # token) and the drafter's probability of it.
+    q: list[Dist] = field(default_factory=list)
     probs: list[float] = field(default_factory=list)
     # Seconds per draft step, for the cost model. Catching up on tokens the
     # drafter had not seen (after plain rounds) is left out: it is one batch,
@@ -44,10 +46,12 @@ class Draft:
     # Token trees (``token_tree.py``): per position where the drafter was asked to
     # branch, a second candidate there (token, the drafter's probability of it, and
     # sampled: the distribution it was drawn from, q without the first candidate).
-    alternatives: dict[int, tuple[int, float, np.ndarray | None]] = field(default_factory=dict)
-    # Greedy: the logits each token was chosen from (references, no copies), so that a
-    # rejection can say afterwards whether the runner-up was the target's token.
-    logits: list[np.ndarray] = field(default_factory=list)
+    alternatives: dict[int, tuple[int, float, Dist | None]] = field(default_factory=dict)
+    # Greedy, per drafted token: the drafter's best other token (None: nothing else was
+    # possible), so that a rejection can say afterwards whether the runner-up was the
+    # target's token. Worked out while the logits are at hand: a backend's logits may be
+    # a view that the next step overwrites, and are never kept.
+    runner_ups: list[int | None] = field(default_factory=list)
     # A copy: what another place to copy from says instead, where it disagrees.
     other_copies: list[list[int]] = field(default_factory=list)
     # Drafted through text (``text_bridge.py``): what the draft wrote, in its own tokens
@@ -124,7 +128,8 @@ class ModelDrafter:
                state: Constraint | None, branch: Callable[[float], bool] | None = None) -> None:
         for _ in range(n_max):
             cpu, started = time.process_time(), time.perf_counter()
-            logits = self._fit_vocab(self.model.evaluate(pending, [len(pending) - 1])[0],
+            # A view of the model's own buffer where it lends one: read here, never kept.
+            logits = self._fit_vocab(borrow_rows(self.model, pending, [len(pending) - 1])[0],
                                      sampling.ignore_eos)
             elapsed = time.perf_counter() - started
             self.seconds += elapsed
@@ -136,14 +141,14 @@ class ModelDrafter:
             else:
                 draft.catchup_seconds += elapsed
             try:
-                token, prob, q = self._choose(logits, sampling, rng, state)
+                token, prob, q, second = self._choose(logits, sampling, rng, state)
             except ConstraintError:  # the draft model sees nothing allowed: the target decides
                 break
             if prob < p_min:
                 draft.dropped = (token, prob)
                 break
             if branch is not None and token not in self._eog_set and branch(prob):
-                alternative = self._second(logits, token, q, rng)
+                alternative = self._second(token, prob, q, rng, logits, second)
                 if alternative is not None:
                     draft.alternatives[len(draft.tokens)] = alternative
             draft.tokens.append(token)
@@ -151,7 +156,7 @@ class ModelDrafter:
             if q is not None:
                 draft.q.append(q)
             else:
-                draft.logits.append(logits)
+                draft.runner_ups.append(second)
             if token in self._eog_set or (go_on is not None and not go_on(prob)):
                 break
             if state is not None:
@@ -176,34 +181,39 @@ class ModelDrafter:
         return list(context[reuse:])
 
     def _choose(self, logits: np.ndarray, sampling: SamplingConfig, rng: np.random.Generator,
-                state: Constraint | None = None) -> tuple[int, float, np.ndarray | None]:
+                state: Constraint | None = None) -> tuple[int, float, Dist | None, int | None]:
+        """(token, the drafter's probability of it, q when sampled, greedy: the runner-up)."""
         if sampling.greedy:
-            token = int(np.argmax(logits)) if state is None else constrained_argmax(logits, state)
             # The token's softmax probability (unmasked: p_min and go_on judge the draft
-            # model's confidence), without materialising the softmax.
-            prob = float(1.0 / np.exp(logits - logits[token]).sum())
-            return token, prob, None
+            # model's confidence), from the logits near the top: no softmax over the vocabulary.
+            if state is None:
+                token = int(np.argmax(logits))
+                prob, second = near_top(logits, token, second=True)
+            else:
+                token = constrained_argmax(logits, state)
+                prob, second = softmax_prob(logits, token), runner_up(logits, token)
+            return token, prob, None, second
         # Under a constraint q is the masked distribution: what the token was drawn from.
-        q = warp(logits, sampling) if state is None else constrained_dist(logits, sampling, state)
-        token = sample(q, rng)
-        return token, float(q[token]), q
+        q = warp_dist(logits, sampling) if state is None else constrained_dist(logits, sampling, state)
+        token = q.sample(rng)
+        return token, q.prob(token), q, None
 
-    def _second(self, logits: np.ndarray, first: int, q: np.ndarray | None,
-                rng: np.random.Generator) -> tuple[int, float, np.ndarray | None] | None:
-        """A second candidate beside ``first``: greedy, the runner-up; sampled, a draw
-        from q without ``first`` (without replacement), with that distribution."""
+    def _second(self, first: int, prob: float, q: Dist | None, rng: np.random.Generator,
+                logits: np.ndarray, second: int | None) -> tuple[int, float, Dist | None] | None:
+        """A second candidate beside ``first`` (drawn with probability ``prob``): greedy,
+        the runner-up ``second``; sampled, a draw from q without ``first`` (without
+        replacement), with that distribution."""
         if q is None:
-            token = runner_up(logits, first)
-            if token is None:
+            if second is None:
                 return None
-            return token, float(1.0 / np.exp(logits - logits[token]).sum()), None
-        rest = np.array(q, dtype=np.float64, copy=True)
-        rest[first] = 0.0
-        if not rest.sum() > 1e-10:
+            # Both softmax probabilities share one normaliser.
+            return second, prob * float(np.exp(float(logits[second]) - float(logits[first]))), None
+        rest = q.without((first,))
+        if rest is None:
             return None
-        rest /= rest.sum()
-        token = sample(rest, rng)  # kept whatever it is: q given the first is exactly ``rest``
-        return token, float(q[token]), rest
+        rest = rest.normalised()
+        token = rest.sample(rng)  # kept whatever it is: q given the first is exactly ``rest``
+        return token, q.prob(token), rest
 
     def _fit_vocab(self, logits: np.ndarray, ignore_eos: bool) -> np.ndarray:
         """Draft logits over the target's vocabulary (sizes may differ by up to 128)."""
@@ -298,10 +308,7 @@ class LookupDrafter:
         if not sampling.greedy:
             # A deterministic proposal is a one-hot q: the rejection rule then
             # keeps d with probability p(d) and resamples from p without d.
-            for token in tokens:
-                q = np.zeros(self._vocab)
-                q[token] = 1.0
-                draft.q.append(q)
+            draft.q.extend(Dist.point(token, self._vocab) for token in tokens)
         return draft
 
     def _copy(self, context: Sequence[int], start: int, n_max: int) -> list[int]:
@@ -352,17 +359,6 @@ def constrained_draft(draft: Draft, constraint: Constraint) -> Draft:
         return draft
     n = len(kept)
     return dataclasses.replace(draft, tokens=kept, q=draft.q[:n], probs=draft.probs[:n], dropped=None)
-
-
-def runner_up(logits: np.ndarray, first: int) -> int | None:
-    """The best token but ``first`` (None when nothing else is possible)."""
-    kept = logits[first]
-    logits[first] = -np.inf
-    try:
-        token = int(np.argmax(logits))
-        return token if np.isfinite(logits[token]) else None
-    finally:
-        logits[first] = kept
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

@@ -1,6 +1,7 @@
 """Token sampling and speculative acceptance (docs/ARCHITECTURE.md, "The speculative round", step 3).
 
-Pure numpy. ``warp`` turns logits into the distribution a token is drawn from,
+Pure numpy. ``warp_dist`` turns logits into the distribution a token is drawn from
+(a ``Dist``: the kept tokens only, ``sparse_dist.py``),
 mirroring llama.cpp's default sampler chain; ``greedy_accept`` and
 ``rejection_accept`` decide how much of a draft the target keeps.
 
@@ -15,41 +16,40 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from app.engine.sparse_dist import Dist, sample_dense
 from app.engine.types import SamplingConfig
-
-# A rejection implies sum(max(0, p - q)) = TV(p, q) > 0. A residual mass this
-# small can only come from rounding (p and q equal up to float error), and then
-# the residual's shape is noise, so we sample from p instead.
-_RESIDUAL_EPS = 1e-10
 
 # First guess at how many top tokens hold top_p of the mass; grown x8 on a miss.
 # LLM distributions are peaked, so one partition of the vocab usually suffices.
 _TOP_P_PROBE = 64
 
-# Block size of sample()'s two-level inverse CDF.
-_BLOCK = 256
-
 
 def warp(logits: np.ndarray, cfg: SamplingConfig) -> np.ndarray:
-    """Return the float64 distribution to sample from: zero outside the kept set.
+    """``warp_dist`` as a dense float64 vector (tests, and callers that want arrays)."""
+    return warp_dist(logits, cfg).dense()
+
+
+def warp_dist(logits: np.ndarray, cfg: SamplingConfig) -> Dist:
+    """The distribution to sample from, over the kept set only (a ``Dist``).
 
     Order as llama.cpp's default chain: top-k, top-p, min-p (all on the untempered
     softmax of the tokens still in play), then temperature over the survivors.
     As in llama.cpp, top-p's cumulative mass is renormalised over the top-k set.
+    The result is dense (float32 weights over the vocabulary) only where nothing
+    bounds the kept set: no top-k, min-p or top-p that cuts anything.
     """
     x = np.asarray(logits)
     if x.ndim != 1 or x.size == 0:
         raise ValueError(f"logits must be a non-empty 1-D array, got shape {x.shape}")
-    out = np.zeros(x.size, dtype=np.float64)
     if cfg.greedy:
-        out[int(np.argmax(x))] = 1.0
-        return out
+        return Dist.point(int(np.argmax(x)), x.size)
 
-    # Nothing below writes into vals, so the caller's logits are safe without a copy.
+    # Nothing below writes into vals, so the caller's logits (a view of llama.cpp's
+    # buffer, even) are safe without a copy.
     vals = x if x.dtype.kind == "f" else x.astype(np.float32)
     ids: np.ndarray | None = None  # None: vals is the whole vocab, in id order
     if 0 < cfg.top_k < vals.size:
-        ids = _top_n(vals, cfg.top_k)
+        ids = top_n(vals, cfg.top_k)
         vals = vals[ids]
 
     vmax = float(vals.max())
@@ -76,7 +76,7 @@ def warp(logits: np.ndarray, cfg: SamplingConfig) -> np.ndarray:
     if e is not None and vals.size > 1:
         n = _top_p_count(e, z_total, cfg.top_p)
         if n < vals.size:
-            sel = _top_n(vals, n)
+            sel = top_n(vals, n)
             ids = sel if ids is None else ids[sel]
             vals = vals[sel]
             e = e[sel]
@@ -84,10 +84,10 @@ def warp(logits: np.ndarray, cfg: SamplingConfig) -> np.ndarray:
     w = e if (e is not None and cfg.temperature == 1.0) else _exp(vals, vmax, cfg.temperature)
     total = float(w.sum(dtype=np.float64))  # >= 1: the max term is exp(0)
     if ids is None:
-        np.divide(w, total, out=out, dtype=np.float64)
-    else:
-        out[ids] = w.astype(np.float64) / total
-    return out
+        return Dist(None, w, total, x.size)
+    # The dense code's very values (float64(w) / total), with the ids sorted for lookups.
+    order = np.argsort(ids)
+    return Dist(ids[order], w[order].astype(np.float64) / total, 1.0, x.size)
 
 
 def _exp(vals: np.ndarray, vmax: float, temperature: float = 1.0) -> np.ndarray:
@@ -105,8 +105,37 @@ def _exp(vals: np.ndarray, vmax: float, temperature: float = 1.0) -> np.ndarray:
     return np.exp(t, out=t)
 
 
-def _top_n(vals: np.ndarray, n: int) -> np.ndarray:
-    """Positions of the n largest values; ties at the cut go to the lowest positions."""
+def top_n(vals: np.ndarray, n: int) -> np.ndarray:
+    """Positions of the n largest values; ties at the cut go to the lowest positions.
+    The order: those above the cut ascending, then the tied ones ascending.
+
+    A partition of a whole vocabulary costs milliseconds (2 ms at 262k), so the cut
+    is first guessed from a strided sample: every value at or above the guess is a
+    candidate (one compare pass), and when there are at least n of them the n-th
+    largest value is among them, with every value tied to it -- so the answer, ties
+    included, is the exact one found among the candidates alone. A guess that keeps
+    fewer than n (or too many) falls back to the whole array.
+    """
+    size = vals.size
+    if n >= size:
+        return np.arange(size)
+    if size >= _SUBSAMPLE_FROM:
+        stride = size // _SUBSAMPLE
+        sub = vals[::stride]
+        r = min(sub.size, 2 * n // stride + 8)  # about 2n + 8 * stride candidates expected
+        guess = np.partition(sub, sub.size - r)[sub.size - r]
+        candidates = sparse_nonzero(vals >= guess)
+        if n <= candidates.size <= size // 4:
+            return candidates[_top_n_all(vals[candidates], n)]
+    return _top_n_all(vals, n)
+
+
+# Vocabularies this large guess the top-n cut from a sample of _SUBSAMPLE values.
+_SUBSAMPLE_FROM = 8192
+_SUBSAMPLE = 4096
+
+
+def _top_n_all(vals: np.ndarray, n: int) -> np.ndarray:
     if n >= vals.size:
         return np.arange(vals.size)
     cut = vals.size - n
@@ -126,7 +155,7 @@ def _top_p_count(e: np.ndarray, z_total: float, top_p: float) -> int:
         if probe * 4 >= e.size:  # a partition would cost about as much as the sort
             top = np.sort(e)[::-1]
         else:
-            top = np.sort(np.partition(e, e.size - probe)[e.size - probe :])[::-1]
+            top = np.sort(e[top_n(e, probe)])[::-1]
         mass = np.cumsum(top, dtype=np.float64) / z_total
         i = int(np.searchsorted(mass, top_p, side="left"))  # first i with mass[i] >= top_p
         if i < top.size:
@@ -136,38 +165,107 @@ def _top_p_count(e: np.ndarray, z_total: float, top_p: float) -> int:
         probe *= 8
 
 
-def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
-    """Draw one index from probs (need not be normalised) with a single uniform."""
-    w = np.asarray(probs, dtype=np.float64)
-    if w.size <= _BLOCK:
-        cdf = w.cumsum()
-        _check_mass(float(cdf[-1]))
-        return _inverse_cdf(w, cdf, rng.random() * float(cdf[-1]))
-    # Two-level inverse CDF: a cumsum over a 50k vocab is slow (it is sequential),
-    # block sums are not, and then only one block needs a running sum.
-    starts = np.arange(0, w.size, _BLOCK)
-    block_mass = np.add.reduceat(w, starts)
-    block_cdf = block_mass.cumsum()
-    _check_mass(float(block_cdf[-1]))
-    u = rng.random() * float(block_cdf[-1])
-    b = _inverse_cdf(block_mass, block_cdf, u)
-    lo = int(starts[b])
-    block = w[lo : lo + _BLOCK]
-    # u >= block_cdf[b - 1] (searchsorted guarantees it), so the offset is >= 0.
-    return lo + _inverse_cdf(block, block.cumsum(), u - (float(block_cdf[b - 1]) if b else 0.0))
+def sample(probs, rng: np.random.Generator) -> int:
+    """Draw one index from probs (a ``Dist``, or an array that need not be normalised)
+    with a single uniform."""
+    if isinstance(probs, Dist):
+        return probs.sample(rng)
+    return sample_dense(probs, rng)
 
 
-def _check_mass(total: float) -> None:
-    if not (total > 0.0 and math.isfinite(total)):
-        raise ValueError("cannot sample from a distribution with no mass")
+def near_top(logits: np.ndarray, token: int, second: bool = False) -> tuple[float, int | None]:
+    """The softmax probability (temperature 1) of ``token``, the argmax of ``logits``, and
+    with ``second`` the best other token (ties to the lower id; None when nothing else
+    is possible), without a softmax over the vocabulary where the row is peaked.
+
+    Logits within ``_BAND`` of the top are summed exactly; each one below weighs less
+    than e^-_BAND (1e-7) of the top token, and their sum (at most 3% of the whole at a
+    262k vocabulary, far less in a real row) is estimated from a strided sample of the
+    row (``_TAIL_SAMPLE`` values). Where most of the row lies in the band
+    (a flat row) it is one exact float32 pass, as before. The figure steers the draft's
+    length and is reported with a correction; it never enters an acceptance rule."""
+    x = np.asarray(logits)
+    top = float(x[token])
+    if not math.isfinite(top):
+        return 0.0, None
+    floor = top - _BAND
+    band = sparse_nonzero(x > floor) if x.size >= _SUBSAMPLE_FROM else None
+    if band is None or band.size * 8 > x.size:
+        e = np.subtract(x, top, dtype=np.float32)
+        total = float(np.exp(e, out=e).sum(dtype=np.float64))
+        return 1.0 / total, (runner_up(x, token) if second else None)
+    stride = x.size // _TAIL_SAMPLE
+    return _band_prob(x, top, band, x[band], x[::stride], token, second)
 
 
-def _inverse_cdf(w: np.ndarray, cdf: np.ndarray, u: float) -> int:
-    """Index i with cdf[i-1] <= u < cdf[i]: never a zero-weight index."""
-    i = int(cdf.searchsorted(u, side="right"))  # side="right" skips flat stretches
-    if i >= w.size:  # u rounded onto (or past) the total
-        i = int(np.flatnonzero(w)[-1])
-    return i
+def _band_prob(x: np.ndarray, top: float, band: np.ndarray, vals: np.ndarray, sample: np.ndarray,
+               token: int, second: bool) -> tuple[float, int | None]:
+    """``near_top``'s figures from the band (ids ascending, their logits) and the row's
+    strided sample (for the tail below the band)."""
+    total = float(np.exp(np.subtract(vals, top, dtype=np.float32)).sum(dtype=np.float64))
+    tail = sample[sample <= top - _BAND]
+    total += x.size / sample.size * float(np.exp(np.subtract(tail, top, dtype=np.float32)).sum(dtype=np.float64))
+    if not second:
+        return 1.0 / total, None
+    if band.size > 1:
+        others = vals.copy()
+        others[np.searchsorted(band, token)] = -np.inf
+        return 1.0 / total, int(band[int(np.argmax(others))])
+    return 1.0 / total, runner_up(x, token)
+
+
+_BAND = 16.0
+_TAIL_SAMPLE = 1024  # values of a row that estimate the tail's (at most 3%) share
+
+
+def sparse_nonzero(mask: np.ndarray) -> np.ndarray:
+    """``np.flatnonzero(mask)`` for a 1-D bool mask with few True entries, several times
+    faster on a vocabulary: the mask is read as 64-bit words, and only the words with a
+    True in them are looked into."""
+    n = mask.size - mask.size % 8
+    if n < 64 or not mask.flags.c_contiguous:
+        return np.flatnonzero(mask)
+    words = np.flatnonzero(mask[:n].view(np.uint64) != 0)
+    if words.size * 2 > n // 8:  # dense after all
+        return np.flatnonzero(mask)
+    spots = (words[:, None] * 8 + _EIGHT).ravel()
+    found = spots[mask[spots]]
+    if n < mask.size:
+        found = np.concatenate([found, n + np.flatnonzero(mask[n:])])
+    return found
+
+
+_EIGHT = np.arange(8, dtype=np.int64)
+
+
+def runner_up(logits: np.ndarray, first: int) -> int | None:
+    """The best token but ``first`` (None when nothing else is possible); one pass."""
+    x = np.asarray(logits)
+    best = None
+    lo = int(np.argmax(x[:first])) if first > 0 else None
+    hi = first + 1 + int(np.argmax(x[first + 1:])) if first + 1 < x.size else None
+    for i in (lo, hi):  # lo first: a tie goes to the lower id
+        if i is not None and np.isfinite(x[i]) and (best is None or x[i] > x[best]):
+            best = i
+    return best
+
+
+def softmax_prob(logits: np.ndarray, token: int) -> float:
+    """The softmax probability (temperature 1) of any ``token``: exp(x_t - logsumexp)."""
+    x = np.asarray(logits)
+    top = int(np.argmax(x))
+    prob, _ = near_top(x, top)
+    if token == top or prob == 0.0:
+        return prob
+    return prob * math.exp(float(x[token]) - float(x[top]))
+
+
+def log_sum_exp(logits: np.ndarray) -> float:
+    """log(sum(exp(logits))) with the band of ``near_top`` (-inf for an all -inf row)."""
+    x = np.asarray(logits)
+    top = int(np.argmax(x))
+    prob, _ = near_top(x, top)
+    return float(x[top]) - math.log(prob) if prob > 0.0 else -math.inf
 
 
 def greedy_accept(draft_tokens: Sequence[int], target_argmax: Sequence[int]) -> tuple[int, int]:
@@ -186,22 +284,24 @@ def greedy_accept(draft_tokens: Sequence[int], target_argmax: Sequence[int]) -> 
 
 def rejection_accept(
     draft_tokens: Sequence[int],
-    q: np.ndarray,
-    p: np.ndarray,
+    q: Sequence,
+    p: Sequence,
     rng: np.random.Generator,
 ) -> tuple[int, int]:
     """Speculative sampling (Leviathan et al. 2023; Chen et al. 2023).
 
-    q[i]: the warped draft distribution d_i was sampled from (k rows; a one-hot row
-    for a deterministic drafter). p[i]: the warped target distribution at the same
-    position (k + 1 rows; the last is for the bonus token). Returns (n_accepted,
-    next_token); the emitted tokens are draft_tokens[:n_accepted] + [next_token].
+    q[i]: the warped draft distribution d_i was sampled from (k entries; one-hot for a
+    deterministic drafter). p[i]: the warped target distribution at the same position
+    (k + 1 entries; the last is for the bonus token). Each a ``Dist`` or a dense array
+    of probabilities. Returns (n_accepted, next_token); the emitted tokens are
+    draft_tokens[:n_accepted] + [next_token].
     """
     k = len(draft_tokens)
     if len(q) < k or len(p) < k + 1:
         raise ValueError(f"need {k} rows of q and {k + 1} rows of p, got {len(q)} and {len(p)}")
     for i, d in enumerate(draft_tokens):
-        p_d, q_d = float(p[i][d]), float(q[i][d])
+        p_i, q_i = Dist.of(p[i]), Dist.of(q[i])
+        p_d, q_d = p_i.prob(d), q_i.prob(d)
         # Accept d ~ q with prob min(1, p(d)/q(d)); on rejection draw from
         # norm(max(0, p - q)). P(accept and x) = q(x) min(1, p(x)/q(x)) = min(p, q)(x);
         # P(reject) = sum max(0, q - p) = sum max(0, p - q), the residual's own
@@ -212,9 +312,6 @@ def rejection_accept(
         # prob p(d)", and the residual below is p with d removed.
         if rng.random() * q_d < p_d:
             continue
-        residual = np.subtract(p[i], q[i], dtype=np.float64)
-        np.maximum(residual, 0.0, out=residual)
-        if residual.sum() <= _RESIDUAL_EPS:
-            return i, sample(p[i], rng)
-        return i, sample(residual, rng)  # sample() normalises
-    return k, sample(p[k], rng)
+        residual = p_i.minus(q_i, d)
+        return i, (p_i if residual is None else residual).sample(rng)  # a draw normalises
+    return k, Dist.of(p[k]).sample(rng)

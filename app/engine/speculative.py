@@ -67,7 +67,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from app.engine.backend import ModelBackend
+from app.engine.backend import ModelBackend, borrow_rows, borrow_tree
 from app.engine.detokenize import StreamingDetokenizer, token_display_text
 from app.engine.draft_costs import RecentCost
 from app.engine.constraints import Constraint
@@ -191,6 +191,7 @@ class SpeculativeEngine:
 
                 # 1. Draft.
                 round_started = time.perf_counter()
+                model_seconds0 = self.drafter.seconds if self.drafter else 0.0
                 draft, copied, bridged = Draft(), False, False
                 window = self._window(spec, constraint, logprobs, room, committed)
                 if spec is not None:
@@ -220,6 +221,10 @@ class SpeculativeEngine:
                         if len(draft) < spec.draft_min:
                             draft, copied = Draft(), False
 
+                drafted_at = time.perf_counter()
+                stats.draft_host_seconds += drafted_at - round_started - (
+                    (self.drafter.seconds if self.drafter else 0.0) - model_seconds0)
+
                 # 2. Verify: one target batch, logits at the k+1 positions only (a tree: its nodes).
                 # Trees only where nothing but the acceptance rule judges a token (no grammar, no
                 # logprobs: those follow one line of rows).
@@ -233,8 +238,9 @@ class SpeculativeEngine:
                              if spec and constraint is None and logprobs is None else None)
                 batch = [committed[-1], *draft.tokens]
                 cpu, t = time.process_time(), time.perf_counter()
-                rows = (target.evaluate(batch, range(len(batch))) if shape is None
-                        else target.evaluate_tree(shape.tree.tokens, shape.tree.parents))
+                # Borrowed (no copy) where the target lends them: read within this round only.
+                rows = (borrow_rows(target, batch, range(len(batch))) if shape is None
+                        else borrow_tree(target, shape.tree.tokens, shape.tree.parents))
                 elapsed = time.perf_counter() - t
                 stats.target_seconds += elapsed
                 size = len(rows)  # a tree of n tokens costs as a line of n does
@@ -301,6 +307,7 @@ class SpeculativeEngine:
                     policy.observe_tree(shape.tree, path, shape.kinds, time.perf_counter() - round_started - elapsed
                                         - sum(judged.step_seconds) - judged.catchup_seconds)
 
+                stats.verify_host_seconds += time.perf_counter() - drafted_at - elapsed
                 for event in self._events(draft, n_accepted, token, detok, choice):
                     if event.id in target.eog_ids and masked is None:
                         stats.stop_reason = StopReason.EOS

@@ -25,7 +25,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from app.engine.constraints import Constraint, allowed_mask, constrained_argmax, constrained_dist
-from app.engine.sampling import greedy_accept, rejection_accept, sample, warp
+from app.engine.sampling import greedy_accept, log_sum_exp, rejection_accept, top_n, warp_dist
+from app.engine.sparse_dist import Dist
 from app.engine.types import SamplingConfig, TokenLogprobs
 
 MAX_TOP_LOGPROBS = 20
@@ -36,32 +37,35 @@ NO_PROBABILITY = -9999.0
 class TargetRows:
     """The target's choices over ``rows`` for ``draft``, advancing ``constraint`` (in
     place) along what is accepted. ``n_top``: None for no log-probabilities, else how
-    many top tokens each emitted one reports."""
+    many top tokens each emitted one reports.
 
-    def __init__(self, rows: np.ndarray, draft: Sequence[int], q: Sequence[np.ndarray],
+    ``rows`` may be a view of the backend's logits (valid until its next step): it is
+    read during the round (``accept``, then ``logprobs`` for the round's events) and
+    dropped with this object; nothing made from it outlives the round as a view."""
+
+    def __init__(self, rows: np.ndarray, draft: Sequence[int], q: Sequence[Dist],
                  sampling: SamplingConfig, constraint: Constraint | None = None,
                  n_top: int | None = None) -> None:
         # q: what each draft was sampled from (``Draft.q``; empty when greedy).
         self.rows, self.draft, self.q, self.sampling = rows, list(draft), q, sampling
         self.constraint, self.n_top = constraint, n_top
         self._advanced = 0  # drafts the constraint has taken
-        self._dists: dict[int, np.ndarray] = {}
+        self._dists: dict[int, Dist] = {}
         self._argmax: dict[int, int] = {}
-        self._logp: dict[int, np.ndarray] = {}  # row -> log-probabilities, for n_top
+        # row -> (logits, their log-sum-exp): greedy log-probabilities, for n_top
+        self._lse: dict[int, tuple[np.ndarray, float]] = {}
 
     def accept(self, rng: np.random.Generator) -> tuple[int, int]:
         """(n_accepted, next token), by ``sampling``'s rules; the constraint then stands
         after every emitted token."""
         k = len(self.draft)
         if self.sampling.greedy:
-            if self.constraint is None and self.n_top is None:
-                n, token = greedy_accept(self.draft, self.rows.argmax(axis=1).tolist())
-            else:
-                n, token = greedy_accept(self.draft, _Rows(k + 1, self._argmax_at))
+            # Row by row: the rows after the first mismatch are never read.
+            n, token = greedy_accept(self.draft, _Rows(k + 1, self._argmax_at))
         elif k == 0:
-            n, token = 0, sample(self._dist_at(0), rng)
+            n, token = 0, self._dist_at(0).sample(rng)
         else:
-            n, token = rejection_accept(self.draft, np.stack(self.q), _Rows(k + 1, self._dist_at), rng)
+            n, token = rejection_accept(self.draft, self.q, _Rows(k + 1, self._dist_at), rng)
         if self.constraint is not None:
             self._reach(n)
             self.constraint.advance(token)
@@ -71,14 +75,24 @@ class TargetRows:
         """The figures of ``token`` emitted at ``position`` (a row ``accept`` visited)."""
         if self.n_top is None:
             return None
-        logp = self._logp[position]
-        value = float(logp[token])
+        if self.sampling.greedy:
+            x, lse = self._lse[position]
+            value = float(x[token]) - lse
+            ids = top_n(x, min(self.n_top, x.size)) if self.n_top else np.empty(0, np.int64)
+            scores = x[ids].astype(np.float64) - lse
+        else:
+            dist = self._dists[position]
+            p = dist.prob(token)
+            value = math.log(p) if p > 0 else -math.inf
+            # Sparse: the few kept candidates; dense: its top n_top (at most) by weight.
+            ids = (dist.support() if dist.ids is not None or not self.n_top
+                   else top_n(dist.w, min(self.n_top, dist.size)))
+            with np.errstate(divide="ignore"):
+                scores = np.log(dist.probs_at(ids))
         top: tuple[tuple[int, float], ...] = ()
         if self.n_top:
-            n = min(self.n_top, logp.size)
-            ids = np.argpartition(-logp, n - 1)[:n]
-            ids = ids[np.lexsort((ids, -logp[ids]))]  # most likely first, ties to the lower id
-            top = tuple((int(i), _finite(float(logp[i]))) for i in ids if np.isfinite(logp[i]))
+            order = np.lexsort((ids, -scores))[: self.n_top]  # most likely first, ties to the lower id
+            top = tuple((int(ids[i]), _finite(float(scores[i]))) for i in order if np.isfinite(scores[i]))
         return TokenLogprobs(_finite(value), top)
 
     # -- rows, lazily and in order ---------------------------------------------------
@@ -99,31 +113,28 @@ class TargetRows:
             self._note_logprobs(i)
         return self._argmax[i]
 
-    def _dist_at(self, i: int) -> np.ndarray:
+    def _dist_at(self, i: int) -> Dist:
         if i not in self._dists:
             if self.constraint is None:
-                self._dists[i] = warp(self.rows[i], self.sampling)
+                self._dists[i] = warp_dist(self.rows[i], self.sampling)
             else:
                 self._reach(i)
                 self._dists[i] = constrained_dist(self.rows[i], self.sampling, self.constraint)
-            self._note_logprobs(i)
         return self._dists[i]
 
     def _note_logprobs(self, i: int) -> None:
-        """While the constraint stands at row ``i``: the row's log-probabilities."""
-        if self.n_top is None or i in self._logp:
+        """Greedy, while the constraint stands at row ``i``: what the row's
+        log-probabilities need (sampled, the row's ``Dist`` has them)."""
+        if self.n_top is None or i in self._lse:
             return
-        if not self.sampling.greedy:
-            with np.errstate(divide="ignore"):
-                self._logp[i] = np.log(self._dists[i])
-            return
-        x = self.rows[i].astype(np.float64)
+        x = self.rows[i]
         if self.constraint is not None:
-            x = np.where(allowed_mask(self.constraint, x.size), x, -np.inf)
-        self._logp[i] = log_softmax(x)
+            x = np.where(allowed_mask(self.constraint, x.size), x, -np.inf).astype(np.float32)
+        self._lse[i] = (x, log_sum_exp(x))
 
 
 def log_softmax(x: np.ndarray) -> np.ndarray:
+    """The dense float64 log-softmax (tests' reference)."""
     x = np.asarray(x, dtype=np.float64)
     top = float(x.max())
     return x - (top + math.log(float(np.exp(x - top).sum())))
@@ -131,6 +142,18 @@ def log_softmax(x: np.ndarray) -> np.ndarray:
 
 def _finite(value: float) -> float:
     return value if math.isfinite(value) else NO_PROBABILITY
+
+
+def row_argmax(rows: np.ndarray) -> Sequence[int]:
+    """Each row's argmax, worked out when asked for (an acceptance walk reads few)."""
+    cache: dict[int, int] = {}
+
+    def at(i: int) -> int:
+        if i not in cache:
+            cache[i] = int(np.argmax(rows[i]))
+        return cache[i]
+
+    return _Rows(len(rows), at)
 
 
 class _Rows(Sequence):

@@ -27,10 +27,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from app.engine.sampling import sample
-
-# As in sampling.rejection_accept: a residual this small is rounding, not a distribution.
-_RESIDUAL_EPS = 1e-10
+from app.engine.sparse_dist import Dist
 
 
 @dataclass
@@ -39,7 +36,7 @@ class TokenTree:
     parents: list[int] = field(default_factory=lambda: [-1])
     # Per node (sampled decoding only): the distribution it was drawn from given its
     # earlier siblings; None is one-hot at its own token (a deterministic guess).
-    q: list[np.ndarray | None] = field(default_factory=lambda: [None])
+    q: list[Dist | None] = field(default_factory=lambda: [None])
     probs: list[float] = field(default_factory=lambda: [1.0])  # the drafter's probability of each
     depths: list[int] = field(default_factory=lambda: [0])
     _children: list[list[int]] = field(default_factory=lambda: [[]])
@@ -51,7 +48,7 @@ class TokenTree:
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def add(self, parent: int, token: int, prob: float = 1.0, q: np.ndarray | None = None) -> int:
+    def add(self, parent: int, token: int, prob: float = 1.0, q: Dist | np.ndarray | None = None) -> int:
         """A guess after node ``parent``, judged after its existing siblings; its index."""
         if not 0 <= parent < len(self.tokens):
             raise ValueError(f"no node {parent} to hang a guess on")
@@ -119,45 +116,39 @@ def accept_greedy(tree: TokenTree, argmax: Sequence[int]) -> tuple[list[int], in
         node = child
 
 
-def accept_sampled(tree: TokenTree, target_p: Callable[[int], np.ndarray],
+def accept_sampled(tree: TokenTree, target_p: Callable[[int], Dist | np.ndarray],
                    rng: np.random.Generator) -> tuple[list[int], int]:
     """Recursive rejection sampling down the tree (SpecInfer's rule, see the module's
     docstring). ``target_p(i)``: the target's warped distribution after node i (asked
     for only along the walk). Returns the accepted path (from the root) and the next
-    token; every emitted token is distributed exactly as the target alone would draw it."""
+    token; every emitted token is distributed exactly as the target alone would draw it.
+    Distributions are ``Dist``s (dense arrays are taken too): a residual lives on the
+    target's kept candidates, never on the vocabulary."""
     node, path = 0, [0]
     while True:
-        p = np.asarray(target_p(node), dtype=np.float64)
+        p = Dist.of(target_p(node))
         kept = None
         for child in tree.children(node):
             x, q = tree.tokens[child], tree.q[child]
-            q_x = 1.0 if q is None else float(q[x])
-            p_x = float(p[x])
-            if rng.random() * q_x < p_x:  # min(1, p/q) with no division (see rejection_accept)
+            q = None if q is None else Dist.of(q)
+            q_x = 1.0 if q is None else q.prob(x)
+            if rng.random() * q_x < p.prob(x):  # min(1, p/q) with no division (see rejection_accept)
                 kept = child
                 break
-            if q is None:
-                residual = p.copy()
-                residual[x] = 0.0
-            else:
-                residual = np.subtract(p, q, dtype=np.float64)
-                np.maximum(residual, 0.0, out=residual)
-            mass = float(residual.sum())
-            if mass <= _RESIDUAL_EPS:
+            residual = p.minus(q, x)
+            if residual is None:
                 # p_i and q_i agree up to rounding, so a rejection was (nearly) impossible:
                 # there is no residual shape to speak of, and p_i itself stands.
-                return path, sample(p, rng)
-            p = residual / mass
+                return path, p.sample(rng)
+            p = residual
         if kept is None:
-            return path, sample(p, rng)
+            return path, p.sample(rng)
         path.append(kept)
         node = kept
 
 
-def without(q: np.ndarray, tokens: Sequence[int]) -> np.ndarray | None:
+def without(q: Dist | np.ndarray, tokens: Sequence[int]) -> Dist | None:
     """q with ``tokens`` removed and renormalised: the distribution of a draw without
     replacement after those; None when nothing is left."""
-    rest = np.array(q, dtype=np.float64, copy=True)
-    rest[list(tokens)] = 0.0
-    mass = float(rest.sum())
-    return rest / mass if mass > _RESIDUAL_EPS else None
+    rest = Dist.of(q).without(tokens)
+    return None if rest is None else rest.normalised()

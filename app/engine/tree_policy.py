@@ -19,7 +19,7 @@ The first branch of a round also pays what a tree round costs beyond a chain rou
 today's costs are unchanged.
 
 b is learned from chain rounds too: greedy, a rejected draft token's runner-up is
-known afterwards (``Draft.logits``), so the policy knows what a branch there would
+known afterwards (``Draft.runner_ups``), so the policy knows what a branch there would
 have done without paying for one.
 """
 
@@ -29,7 +29,7 @@ from typing import Callable
 
 from app.engine.acceptance import ConfidenceAcceptance, band_of
 from app.engine.draft_costs import RecentCost
-from app.engine.drafters import Draft, runner_up
+from app.engine.drafters import Draft
 from app.engine.token_tree import TokenTree
 
 SECOND_PRIOR = 0.5      # the chance a runner-up is the target's token where the draft's was not, untested
@@ -78,8 +78,8 @@ class BranchPolicy:
     def observe_chain(self, draft: Draft, n_accepted: int, token: int) -> None:
         """A greedy chain round: had there been a runner-up beside the rejected token,
         would the target have taken it?"""
-        if n_accepted < len(draft.tokens) and n_accepted < len(draft.logits):
-            second = runner_up(draft.logits[n_accepted], draft.tokens[n_accepted])
+        if n_accepted < len(draft.tokens) and n_accepted < len(draft.runner_ups):
+            second = draft.runner_ups[n_accepted]
             self.second.observe(draft.probs[n_accepted], second == token)
 
     def observe_tree(self, tree: TokenTree, path: list[int], kinds: dict[int, str]) -> None:

@@ -20,7 +20,8 @@ import numpy as np
 
 from app.engine.backend import ModelBackend
 from app.engine.drafters import Draft, ModelDrafter
-from app.engine.sampling import warp
+from app.engine.sampling import warp_dist
+from app.engine.target_rows import row_argmax
 from app.engine.token_tree import TokenTree, accept_greedy, accept_sampled
 from app.engine.types import SamplingConfig
 
@@ -66,8 +67,8 @@ class TreeRound:
 
     def accept(self, rows: np.ndarray, sampling: SamplingConfig, rng: np.random.Generator) -> tuple[list[int], int]:
         if sampling.greedy:
-            return accept_greedy(self.tree, rows.argmax(axis=1).tolist())
-        return accept_sampled(self.tree, lambda node: warp(rows[node], sampling), rng)
+            return accept_greedy(self.tree, row_argmax(rows))
+        return accept_sampled(self.tree, lambda node: warp_dist(rows[node], sampling), rng)
 
     def main_accepted(self, path: list[int]) -> int:
         """How much of the line the target kept."""

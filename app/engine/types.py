@@ -109,6 +109,12 @@ class Stats:
     prompt_seconds: float = 0.0
     draft_seconds: float = 0.0   # inside the draft model's llama.cpp calls
     target_seconds: float = 0.0  # inside the target model's llama.cpp calls
+    # Host work (Python and numpy, outside llama.cpp) of the speculative rounds, split by
+    # what it serves: drafting (warping and sampling the draft's logits, copying) and
+    # verifying (the acceptance rule over the target's rows, building trees, bookkeeping).
+    # Time spent by whoever consumes the events is in neither.
+    draft_host_seconds: float = 0.0
+    verify_host_seconds: float = 0.0
     stop_reason: StopReason | None = None  # None while it runs
     speculative: bool = False
     note: str = ""               # why speculation was off, when it was
@@ -172,6 +178,20 @@ class Stats:
         return max(0.0, self.seconds - self.draft_seconds - self.target_seconds)
 
     @property
+    def host_seconds(self) -> float:
+        return self.draft_host_seconds + self.verify_host_seconds
+
+    @property
+    def host_ms_per_round(self) -> float:
+        return 1000.0 * self.host_seconds / self.rounds if self.rounds else 0.0
+
+    @property
+    def host_ms_per_drafted(self) -> float:
+        """Host milliseconds per drafted token: all host work of the rounds, over the
+        tokens drafted (0 when nothing was)."""
+        return 1000.0 * self.host_seconds / self.drafted if self.drafted else 0.0
+
+    @property
     def acceptance_by_position(self) -> list[float]:
         return [a / d if d else 0.0 for a, d in zip(self.accepted_by_position, self.drafted_by_position)]
 
@@ -210,6 +230,10 @@ class Stats:
             "draft_seconds": round(self.draft_seconds, 4),
             "target_seconds": round(self.target_seconds, 4),
             "python_seconds": round(self.python_seconds, 4),
+            "draft_host_seconds": round(self.draft_host_seconds, 4),
+            "verify_host_seconds": round(self.verify_host_seconds, 4),
+            "host_ms_per_round": round(self.host_ms_per_round, 4),
+            "host_ms_per_drafted": round(self.host_ms_per_drafted, 4),
             "stop_reason": self.stop_reason or "",
             "speculative": self.speculative,
             "note": self.note,

@@ -26,6 +26,24 @@ def test_logits_only_at_requested_positions(q41_target):
     assert q41_target.evaluate([42], []).shape == (0, q41_target.n_vocab)
 
 
+def test_borrowed_logits_are_the_copied_ones_until_the_next_decode(q41_target):
+    """``borrow=True`` lends llama.cpp's own buffer: the same rows a copy gives, valid
+    until the next decode overwrites them (what every borrower must respect)."""
+    assert q41_target.lends_logits
+    tokens = q41_target.tokenize("The quick brown fox jumps", add_special=False, parse_special=False)
+    q41_target.trim(0)
+    copied = q41_target.evaluate(tokens, [2, len(tokens) - 1])
+    q41_target.trim(0)
+    lent = q41_target.evaluate(tokens, [2, len(tokens) - 1], borrow=True)
+    assert lent.shape == copied.shape and not lent.flags.owndata
+    np.testing.assert_array_equal(lent, copied)
+    kept = lent.copy()
+    q41_target.evaluate([42], [0], borrow=True)  # the next decode writes the same buffer
+    assert not np.array_equal(lent[0], kept[0])
+    q41_target.trim(0)
+    assert q41_target.evaluate(tokens, [], borrow=True).shape == (0, q41_target.n_vocab)
+
+
 def test_batched_equals_single_token_for_quantized_weights_and_trim_rolls_back(q41_target):
     """The strict losslessness tests rely on this: Q4_1 on CPU with flash attention on
     (as the fixture loads it) is batch-invariant."""

@@ -176,10 +176,10 @@ def test_constrained_dist_masks_the_warped_support_and_falls_back_when_it_is_all
     logits = np.array([5.0, 4.0, 3.0, 0.0, -1.0], dtype=np.float32)
     top2 = SamplingConfig(temperature=1.0, top_k=2)
     allowed = np.array([True, False, True, True, True])
-    p = constrained_dist(logits, top2, TableConstraint(allowed[None, :], 0))
+    p = constrained_dist(logits, top2, TableConstraint(allowed[None, :], 0)).dense()
     assert p.tolist() == [1.0, 0.0, 0.0, 0.0, 0.0]  # {0, 1} kept by top-k, 1 forbidden
     allowed = np.array([False, False, True, True, True])
-    p = constrained_dist(logits, top2, TableConstraint(allowed[None, :], 0))
+    p = constrained_dist(logits, top2, TableConstraint(allowed[None, :], 0)).dense()
     assert p == pytest.approx(warp(np.array([-np.inf, -np.inf, 3.0, 0.0, -1.0]), top2))  # top-2 of what is allowed
     assert allowed_mask(TableConstraint(allowed[None, :], 0), 7).tolist() == [False, False, True, True, True,
                                                                                False, False]
@@ -211,5 +211,5 @@ def test_constrained_dist_is_its_definition(sampling):
             logits = np.round(logits)
         allowed = rng.random(v) < rng.choice([0.002, 0.02, 0.3, 0.95])
         allowed[int(rng.integers(v))] = True
-        got = constrained_dist(logits, sampling, TableConstraint(allowed[None, :], 0))
+        got = constrained_dist(logits, sampling, TableConstraint(allowed[None, :], 0)).dense()
         assert got == pytest.approx(_reference(logits, sampling, allowed), rel=1e-6, abs=1e-12)
