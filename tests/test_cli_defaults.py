@@ -32,6 +32,7 @@ FIELD = {
 EXCEPTIONS = {
     ("serve", "max_tokens"): None,  # a request without max_tokens may use what the context leaves (OpenAI's way)
     ("bench", "max_tokens"): 128,   # the length of each measured reply, not a chat's reply limit
+    ("bench", "seed"): 0,           # a fixed seed, so that a measurement repeats
 }
 COMMANDS = {
     "generate": ["generate", "--prompt", "hi"],
