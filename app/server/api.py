@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 
 
 def create_app(worker: EngineWorker, *, model_id: str, defaults: Defaults, info=None,
-               api_key: str | None = None, max_body: int = DEFAULT_MAX_BODY, cors_origins=(), allowed_hosts=()):
+               api_key: str | None = None, max_body: int = DEFAULT_MAX_BODY, cors_origins=(), allowed_hosts=(),
+               model_aliases=()):
     """The ASGI application: FastAPI's routes inside the guard (and CORS when asked)."""
     app = FastAPI(title="Tandem", docs_url=None, redoc_url=None, openapi_url=None)
     created = int(time.time())
@@ -56,7 +57,7 @@ def create_app(worker: EngineWorker, *, model_id: str, defaults: Defaults, info=
 
     @app.get("/v1/models/{name:path}")
     async def one_model(name: str):
-        if name != model_id:
+        if name != model_id and name not in model_aliases:
             raise ApiError(404, f"No model {name!r} here; this server serves {model_id!r}.", param="model",
                            code="model_not_found")
         return model
@@ -79,7 +80,7 @@ def create_app(worker: EngineWorker, *, model_id: str, defaults: Defaults, info=
     async def completions(request: Request):
         return await serve(request, completion_job, "cmpl")
 
-    add_ollama_routes(app, worker, model_id=model_id, defaults=defaults, info=info)
+    add_ollama_routes(app, worker, model_id=model_id, defaults=defaults, info=info, aliases=tuple(model_aliases))
 
     @app.exception_handler(ApiError)
     async def refused(request: Request, exc: ApiError):
