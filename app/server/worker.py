@@ -277,8 +277,10 @@ def _reply(session, job: Job, served: int, queued: float) -> Outcome:
         # Raw text, never control tokens: a '<|im_end|>' in it stays text.
         prompt = ChatPrompt(session.target.tokenize(spec.prompt, add_special=True, parse_special=False))
     extra = {"grammar": spec.grammar, "logprobs": spec.logprobs} if spec.grammar or spec.logprobs is not None else {}
-    generation = session.generate(prompt, spec.sampling, spec.spec, spec.max_tokens, job.cancel, **extra)
     plan = getattr(prompt, "tools", None)
+    if plan is not None and spec.tools is not None and spec.tools.constrained:
+        extra["tool_request"] = spec.tools
+    generation = session.generate(prompt, spec.sampling, spec.spec, spec.max_tokens, job.cancel, **extra)
     reader = ToolReader(plan, session.target) if plan is not None else None
     matcher = StopMatcher(spec.stop)
     kinds: Counter = Counter()
