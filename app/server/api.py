@@ -1,5 +1,5 @@
 """The routes: ``/v1/models``, ``/v1/chat/completions``, ``/v1/completions``,
-``/health`` and ``/tandem/requests`` (the recent requests with their figures); Ollama's
+``/v1/responses`` (``responses.py``), ``/health`` and ``/tandem/requests`` (the recent requests with their figures); Ollama's
 ``/api/...`` beside them (``ollama.py``).
 
 A handler checks the body, queues a ``Job`` on the one ``EngineWorker`` and answers
@@ -29,6 +29,7 @@ from app.server.job_response import GONE, JobOutputResponse, send_body, send_jso
 from app.server.guard import DEFAULT_MAX_BODY, Guard
 from app.server.ollama import add_ollama_routes
 from app.server.replies import Shapes
+from app.server.responses import add_responses_routes
 from app.server.requests import Defaults, JobSpec, chat_job, completion_job, parse_json
 from app.server.tools import CallItem
 from app.server.worker import Delta, EngineWorker, Job, Outcome
@@ -80,6 +81,7 @@ def create_app(worker: EngineWorker, *, model_id: str, defaults: Defaults, info=
     async def completions(request: Request):
         return await serve(request, completion_job, "cmpl")
 
+    add_responses_routes(app, worker, model_id=model_id, defaults=defaults)
     add_ollama_routes(app, worker, model_id=model_id, defaults=defaults, info=info, aliases=tuple(model_aliases))
 
     @app.exception_handler(ApiError)

@@ -155,8 +155,9 @@ class ToolReader:
     Control tokens the format names (``[TOOL_CALLS]``, ``<|python_tag|>``) write no text
     of their own in a reply; ``text_of`` gives them theirs, so the splitter sees them."""
 
-    def __init__(self, plan: ToolPlan, target) -> None:
+    def __init__(self, plan: ToolPlan, target, *, constrained: bool = False) -> None:
         self.splitter = CallSplitter(plan.format, prefill=plan.prefill, max_calls=plan.max_calls)
+        self.constrained = constrained  # calls held to their grammar: one cut short is no text
         self._special: dict[int, str] = {}
         for text in plan.format.special_texts:
             ids = target.tokenize(text, add_special=False, parse_special=True)
@@ -171,7 +172,7 @@ class ToolReader:
         return self._items(self.splitter.feed(text))
 
     def finish(self) -> list:
-        return self._items(self.splitter.finish())
+        return self._items(self.splitter.finish(cut=self.constrained))
 
     @property
     def done(self) -> bool:

@@ -281,7 +281,7 @@ def _reply(session, job: Job, served: int, queued: float) -> Outcome:
     if plan is not None and spec.tools is not None and spec.tools.constrained:
         extra["tool_request"] = spec.tools
     generation = session.generate(prompt, spec.sampling, spec.spec, spec.max_tokens, job.cancel, **extra)
-    reader = ToolReader(plan, session.target) if plan is not None else None
+    reader = ToolReader(plan, session.target, constrained="tool_request" in extra) if plan is not None else None
     matcher = StopMatcher(spec.stop)
     kinds: Counter = Counter()
     pending: list[str] = []
