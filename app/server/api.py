@@ -68,7 +68,10 @@ def create_app(worker: EngineWorker, *, model_id: str, defaults: Defaults, info=
         return {"object": "list", "data": list(worker.recent)}
 
     async def serve(request: Request, parse: Callable[[dict, Defaults], JobSpec], prefix: str) -> Response:
-        spec = parse(parse_json(await request.body()), defaults)
+        raw = await request.body()
+        # A big body (50,000 messages) takes a while to check: off the event loop, which
+        # keeps answering other clients meanwhile.
+        spec = await asyncio.to_thread(lambda: parse(parse_json(raw), defaults))
         job = Job(spec, asyncio.get_running_loop(), id=f"{prefix}-{uuid.uuid4().hex[:24]}")
         worker.submit(job)
         return JobResponse(job, Shapes(spec.kind, job.id, model_id, int(time.time())))

@@ -77,11 +77,14 @@ def add_ollama_routes(app: FastAPI, worker, *, model_id: str, defaults: Defaults
         started = time.perf_counter()
         try:
             body = await _body(request)
-            parsed = checked(ChatRequest if kind == "chat" else GenerateRequest, body, model_id, aliases)
+            model = ChatRequest if kind == "chat" else GenerateRequest
+            # Off the event loop: a long conversation takes a while to check.
+            parsed = await asyncio.to_thread(checked, model, body, model_id, aliases)
             shapes = Shapes(kind, parsed.model)
             if is_load_only(parsed):
                 return JSONResponse(shapes.loaded())
-            spec = chat_spec(parsed, defaults) if kind == "chat" else generate_spec(parsed, defaults)
+            build = chat_spec if kind == "chat" else generate_spec
+            spec = await asyncio.to_thread(build, parsed, defaults)
         except ApiError as exc:
             return _error(exc)
         job = Job(spec, asyncio.get_running_loop(), id=f"ollama-{uuid.uuid4().hex[:24]}")

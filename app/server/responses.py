@@ -81,9 +81,14 @@ def add_responses_routes(app, worker, *, model_id: str, defaults: Defaults) -> R
 
     @app.post("/v1/responses")
     async def create(request: Request):
-        body = parse_json(await request.body())
-        messages, chat = chat_request(body, store)
-        spec = chat_job(chat, defaults)
+        raw = await request.body()
+
+        def checked():  # off the event loop: a long conversation takes a while to check
+            body = parse_json(raw)
+            messages, chat = chat_request(body, store)
+            return body, messages, chat_job(chat, defaults)
+
+        body, messages, spec = await asyncio.to_thread(checked)
         rid = f"resp_{uuid.uuid4().hex[:24]}"
         job = Job(spec, asyncio.get_running_loop(), id=rid)
         worker.submit(job)
