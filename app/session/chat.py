@@ -112,7 +112,7 @@ class ChatSession:
 
     def generate(self, prompt: ChatPrompt, sampling: SamplingConfig, spec: SpecConfig, max_tokens: int,
                  cancel: threading.Event | None = None, *, replaced: Sequence[str] = (),
-                 grammar: str = "", logprobs: int | None = None, tool_request=None) -> Generation:
+                 grammar: str = "", logprobs: int | None = None, tool_request=None, pause=None) -> Generation:
         """A reply to an already built prompt, its figures carrying what the prompt said.
         Copying repeats (``spec.copy_min``) also copies from what ``remember`` and
         ``replaced`` gave, the replaced replies first (added last, they win equal matches).
@@ -122,7 +122,8 @@ class ChatSession:
         for calls: its calls are constrained to the functions' schemas (``tool_grammar``),
         the whole reply when a call is forced, else from where the model opens one (a
         ``grammar`` given too wins then). ``logprobs``: each token event carries its
-        log-probability and that many top alternatives."""
+        log-probability and that many top alternatives. ``pause``: see
+        ``SpeculativeEngine.generate``."""
         self.remember(replaced)
         plan = prompt.tools
         if tool_request is not None and plan is not None and (plan.forced or not grammar):
@@ -131,7 +132,7 @@ class ChatSession:
             constraint = self.constraint(grammar) if grammar else None
         generation = self.engine.generate(prompt.tokens, sampling, spec, max_tokens, cancel,
                                           copy_sources=self.copy_sources, constraint=constraint,
-                                          logprobs=logprobs)
+                                          logprobs=logprobs, **({"pause": pause} if pause else {}))
         generation.stats.left_out = prompt.left_out
         generation.stats.prompt_notice = prompt.notice
         return generation

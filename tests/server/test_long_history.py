@@ -1,7 +1,9 @@
 """A chat of 50,000 short messages against a live ``tandem serve``: answered (trimmed
 to the context, its earliest messages left out), and a second client, arriving while
-it is being served, is answered too. The context is 1024 tokens to keep the test short
-on a shared CPU; only generous hang guards, no timing asserts (tests/README.md)."""
+it is being served, is answered too (between two pieces of the long prompt's reading,
+``app/server/interleave.py``, or before it when it overtakes its checking). The context
+is 1024 tokens to keep the test short on a shared CPU; only generous hang guards, no
+timing asserts (tests/README.md)."""
 
 from __future__ import annotations
 
@@ -47,3 +49,5 @@ def test_fifty_thousand_messages_are_answered_and_another_client_is_served_meanw
     body = long.json()
     assert body["tandem"]["left_out_messages"] > N - 1000
     assert body["usage"]["prompt_tokens"] <= 1024
+    records = httpx.get(live.url + "/tandem/requests", timeout=120).json()["data"]
+    assert {r["id"] for r in records} >= {body["id"], other.json()["id"]}
