@@ -79,17 +79,22 @@ def test_a_forced_call_validates_and_is_identical_with_and_without_speculation(q
 
 
 def test_auto_leaves_text_free_and_holds_a_call_it_opens(q41_target, q40_draft):
-    """The demo model answers in words here: the reply is the same as with no tools'
-    constraint at all. Fed a call's opening, the constraint only lets a valid call go on."""
+    """The demo model answers in words here: the constraint lets every token of its
+    unconstrained reply by. Fed a call's opening, it only lets a valid call go on."""
+    # (Speculation on and off is compared under forced calls above: on this free-text reply
+    # the two differ at a near-tie even with no constraint at all, as of 4227f95.)
     request = ToolRequest(TOOLS, "auto")
-    plain, spec = _engines(q41_target, q40_draft)
+    plain, _ = _engines(q41_target, q40_draft)
     a, plan = _reply(plain, q41_target, request, SamplingConfig(), SpecConfig(enabled=False), n=30)
-    b, _ = _reply(spec, q41_target, request, SamplingConfig(), SpecConfig(draft_max=4), n=30)
-    assert [e.id for e in a] == [e.id for e in b]
+    assert a
     prompt = conversation_prompt(q41_target, [("user", QUESTION)], "", 30, request)
     free = plain.generate(prompt.tokens, SamplingConfig(), SpecConfig(enabled=False), 30).run()
-    if "<tool_call>" not in "".join(e.text for e in free):
-        assert [e.id for e in a] == [e.id for e in free]
+    if "<tool_call>" not in "".join(e.text for e in free):  # words only: the constraint lets every token by
+        constraint = tool_constraint(q41_target, plan, request)
+        for event in free:
+            assert constraint.allows(np.array([event.id], dtype=np.int32))[0]
+            constraint.advance(event.id)
+        constraint.close()
     constraint = tool_constraint(q41_target, plan, request)
     try:
         for token in q41_target.tokenize('Let me look. <tool_call>\n{"name": "get_weather", "arguments": {"city": "',
