@@ -1,5 +1,7 @@
 """What a grammar costs per token: llama.cpp's grammar checked over the whole vocabulary
-(the full mask) and over the few candidates the engine usually asks about.
+(the full mask) and over the few candidates the engine usually asks about, for a JSON
+schema (``response_format``) and for tool calls (``app/backends/tool_grammar.py``:
+forced, and ``auto`` before and inside a call).
 
     python tools/grammar_cost.py [--target GGUF] [--repeat N]
 
@@ -21,6 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.backends.grammar import GrammarConstraint, json_schema_grammar  # noqa: E402
 from app.backends.llama_cpp_backend import LlamaBackend  # noqa: E402
+from app.backends.tool_grammar import tool_constraint  # noqa: E402
+from app.engine.tool_calls import HERMES  # noqa: E402
+from app.engine.tool_prompt import ToolPlan, ToolRequest  # noqa: E402
 from app.engine.constraints import allowed_mask, constrained_argmax, constrained_dist  # noqa: E402
 from app.engine.types import SamplingConfig  # noqa: E402
 
@@ -30,6 +35,32 @@ SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"
 # A state inside a string (the most permissive: nearly every token is allowed) and one
 # at a structural point (few are).
 PREFIXES = {"inside a string": '{"name": "Ada Lov', "after a value": '{"name": "Ada", '}
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+    "required": ["city", "unit"]}}}
+# Tool calls: (forced?, the reply so far).
+TOOL_STATES = {"tool call forced, inside the arguments": (True, ' {"city": "Par'),
+               "tool call auto, free text before any call": (False, "The weather in Paris is"),
+               "tool call auto, inside a call": (False, 'Let me check. <tool_call>\n{"name": "get_weather", '
+                                                        '"arguments": {"city": "Par')}
+
+
+def _constraints(model):
+    """(label, a constraint in the state that label names)."""
+    grammar = json_schema_grammar(SCHEMA)
+    for label, prefix in PREFIXES.items():
+        constraint = GrammarConstraint.compile(model, grammar)
+        for token in model.tokenize(prefix, add_special=False, parse_special=False):
+            constraint.advance(token)
+        yield "JSON schema, " + label, constraint
+    request = ToolRequest((WEATHER,), "auto", "get_weather")
+    for label, (forced, prefix) in TOOL_STATES.items():
+        plan = ToolPlan(HERMES, HERMES.opening("get_weather") if forced else "", 1, forced,
+                        "get_weather" if forced else None)
+        constraint = tool_constraint(model, plan, request if forced else ToolRequest((WEATHER,)))
+        for token in model.tokenize(prefix, add_special=False, parse_special=True):
+            constraint.advance(token)
+        yield label, constraint
 
 
 def main() -> None:
@@ -41,13 +72,9 @@ def main() -> None:
         from app.models.demo import demo_pair
         args.target = demo_pair().target
     model = LlamaBackend(args.target, n_ctx=512)
-    grammar = json_schema_grammar(SCHEMA)
     rng = np.random.default_rng(0)
     print(f"{model.name}: vocabulary {model.n_vocab}; times per call, median of {args.repeat}")
-    for label, prefix in PREFIXES.items():
-        constraint = GrammarConstraint.compile(model, grammar)
-        for token in model.tokenize(prefix, add_special=False, parse_special=False):
-            constraint.advance(token)
+    for label, constraint in _constraints(model):
         logits = model.evaluate(model.tokenize("Hello", add_special=True, parse_special=False), [0])[0]
         model.trim(0)
         figures = {

@@ -58,6 +58,9 @@ class GrammarConstraint:
         # One candidate buffer for a constraint and its forks (they run on one thread).
         self._buffer = buffer if buffer is not None else np.zeros(n_vocab, dtype=_TOKEN_DATA)
         self._array = ll.llama_token_data_array()
+        # What ``reset`` feeds again after the grammar's start (a forced reply's opening,
+        # tool_grammar.py): the constraint's start state is the one it was handed over in.
+        self.replay = None
 
     @classmethod
     def compile(cls, backend, grammar: str) -> "GrammarConstraint":
@@ -97,10 +100,14 @@ class GrammarConstraint:
         clone = ll.llama_sampler_clone(self._sampler)
         if not clone:
             raise GrammarError("llama.cpp could not copy the grammar's state.")
-        return GrammarConstraint(clone, self.n_vocab, self._buffer)
+        forked = GrammarConstraint(clone, self.n_vocab, self._buffer)
+        forked.replay = self.replay
+        return forked
 
     def reset(self) -> None:
         ll.llama_sampler_reset(self._sampler)
+        if self.replay is not None:
+            self.replay(self)
 
     def close(self) -> None:
         if self._sampler:

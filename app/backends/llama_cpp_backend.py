@@ -438,6 +438,27 @@ class LlamaBackend:
             return False
         return True
 
+    def save_cache(self) -> tuple[list[int], object, int]:
+        """What the cache holds, copied out (llama.cpp's sequence state), so that other
+        work can use the context and ``restore_cache`` put it back: a long prompt's
+        evaluation paused while a short request is served (``app/server/interleave.py``)."""
+        if self._lag or self._tree is not None:
+            self.evaluate([], [])  # a kept branch not yet cached goes in first
+        size = ll.llama_state_seq_get_size(self._ctx, 0)
+        buf = (ctypes.c_uint8 * max(size, 1))()
+        n = ll.llama_state_seq_get_data(self._ctx, buf, size, 0) if size else 0
+        if self._tokens and n == 0:
+            raise BackendError(f"llama.cpp could not copy the cache out ({_last_error()})")
+        return list(self._tokens), buf, n
+
+    def restore_cache(self, saved: tuple[list[int], object, int]) -> None:
+        """Put back what ``save_cache`` copied out, whatever the cache holds now."""
+        tokens, buf, n = saved
+        self.trim(0)
+        if n and ll.llama_state_seq_set_data(self._ctx, buf, n, 0) == 0:
+            raise BackendError(f"llama.cpp could not put the cache back ({_last_error()})")
+        self._tokens = list(tokens) if n else []
+
     def evaluate_tree(self, tokens: Sequence[int], parents: Sequence[int], borrow: bool = False) -> np.ndarray:
         tokens, parents = [int(t) for t in tokens], [int(p) for p in parents]
         if self.memory != ATTENTION:

@@ -32,6 +32,9 @@ def add_parser(subcommands, add_model_arguments, add_sampling_arguments) -> None
     group.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                        help="also answer requests whose Host header is NAME (repeatable; default: only loopback "
                             "names and the address served, against DNS rebinding; '*' turns the check off)")
+    group.add_argument("--model-alias", action="append", default=[], metavar="NAME",
+                       help="another name the served model answers to on the Ollama routes (repeatable; e.g. "
+                            "llama3.2, so a client's or an example's model name works unchanged)")
     group.add_argument("--max-body", type=whole(1024, 1 << 30), default=4 * 1024 * 1024, metavar="BYTES",
                        help="largest request body (default: %(default)s)")
     group.add_argument("--max-tokens-limit", type=whole(1, 1_000_000), default=None, metavar="N",
@@ -83,7 +86,7 @@ def _serve(args, sock, worker, session, api_key, sampling, spec) -> None:
         print(f"tandem: {compatibility.reason}; serving without speculation", file=sys.stderr)
     app = create_app(worker, model_id=info.target_name, defaults=defaults, info=info, api_key=api_key,
                      max_body=args.max_body, cors_origins=args.cors_origin,
-                     allowed_hosts=args.allowed_host)
+                     allowed_hosts=args.allowed_host, model_aliases=args.model_alias)
     url = url_of(sock)
     speculation = (f"speculation on ({info.drafter}, draft-max {spec.draft_max})"
                    if info.speculation_available and spec.enabled else

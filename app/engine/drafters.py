@@ -81,10 +81,19 @@ class Drafter(Protocol):
     def close(self) -> None: ...
 
 
+# The most of a long prompt the draft model reads: its tail. The draft guesses the next
+# few tokens and the target judges every one, so what it reads changes how often it is
+# right, never the reply; reading all of a context-filling prompt doubled the prompt's
+# cost (the target reads it anyway) for little better guessing.
+DRAFT_WINDOW = 1024
+
+
 class ModelDrafter:
-    """Drafts with a small model whose vocabulary matches the target's."""
+    """Drafts with a small model whose vocabulary matches the target's. Of a prompt
+    longer than ``reads_at_most`` tokens it reads the tail (``DRAFT_WINDOW``)."""
 
     kind = DrafterKind.MODEL
+    reads_at_most = DRAFT_WINDOW
 
     def __init__(self, model: ModelBackend, target_vocab: int, eog_ids: Sequence[int] = ()) -> None:
         self.model = model
@@ -95,8 +104,10 @@ class ModelDrafter:
         # Otherwise a drafted end ends the draft: accepted, the reply is over; rejected,
         # so is everything drafted after it. Either way more draft steps are wasted.
         self._eog_set = frozenset(eog_ids)
+        self._offset = 0  # where the part of the context the draft reads begins
 
     def prepare(self, context: Sequence[int]) -> None:
+        self._offset = self._start(context)
         pending = self._sync(context)
         if len(pending) > 1:
             started = time.perf_counter()
@@ -111,7 +122,7 @@ class ModelDrafter:
         fork of it; where ``branch(a token's probability)`` says so, a second candidate is
         kept beside it (``Draft.alternatives``)."""
         draft = Draft()
-        n_max = min(n_max, self.model.n_ctx - len(context))
+        n_max = min(n_max, self.model.n_ctx - (len(context) - self._offset))
         if n_max <= 0:
             return draft
         pending = self._sync(context)
@@ -171,6 +182,9 @@ class ModelDrafter:
         token keeps the output right and quietly ruins acceptance: docs/ARCHITECTURE.md,
         "The speculative round", step 4).
         """
+        if not 0 <= self._offset < len(context):
+            self._offset = 0
+        context = context[self._offset:]
         reuse = min(common_prefix(self.model.tokens, context), len(context) - 1)
         self.model.trim(reuse)
         # The next sync may come back to here: a recurrent model's steps leave no way
@@ -179,6 +193,17 @@ class ModelDrafter:
         if mark is not None:
             mark()
         return list(context[reuse:])
+
+    def _start(self, context: Sequence[int]) -> int:
+        """Where the draft's reading of a new prompt begins: where it began for the last
+        one while what it read is still there (an agent resending its history grown by a
+        turn reads only the turn) and fits twice ``reads_at_most``, else that many from the end."""
+        old = self._offset
+        cached = self.model.tokens
+        if (0 <= old < len(context) and len(context) - old <= 2 * self.reads_at_most
+                and common_prefix(cached, context[old:old + len(cached)]) >= min(len(cached), self.reads_at_most // 2)):
+            return old
+        return max(0, len(context) - self.reads_at_most) if len(context) > self.reads_at_most else 0
 
     def _choose(self, logits: np.ndarray, sampling: SamplingConfig, rng: np.random.Generator,
                 state: Constraint | None = None) -> tuple[int, float, Dist | None, int | None]:

@@ -63,7 +63,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -86,6 +86,7 @@ from app.engine.types import (SPECULATION_OFF, DrafterKind, SamplingConfig, Spec
 
 COPY_WHEN_PLAIN = 8  # tokens a copy may take in a round the policy plans as a plain step
 COPY_MOST = 16       # with auto, a match reaching 2n tokens back may copy n, up to this
+PAUSE_EVERY = 512    # prompt tokens evaluated between two calls of generate's ``pause``
 
 
 class Generation:
@@ -121,7 +122,8 @@ class SpeculativeEngine:
                  spec: SpecConfig = SpecConfig(), max_tokens: int = 256,
                  cancel: threading.Event | None = None, policy: DraftPolicy | None = None,
                  copy_sources: CopySources | Sequence[Sequence[int]] | None = None,
-                 constraint: Constraint | None = None, logprobs: int | None = None) -> Generation:
+                 constraint: Constraint | None = None, logprobs: int | None = None,
+                 pause: Callable[[], None] | None = None) -> Generation:
         """Generate up to ``max_tokens`` after ``prompt``; ``policy`` decides each round's
         draft length (by default the one ``spec.draft_max`` names, see ``policy_for``).
         ``copy_sources`` (token sequences, or an index built ahead) are copied from like
@@ -129,7 +131,9 @@ class SpeculativeEngine:
         state) limits what may be written, and advances as the reply goes; where it ends
         the reply is the grammar's, so ``ignore_eos`` does not apply under one.
         ``logprobs``: each event carries its token's log-probability and that many top
-        alternatives (``target_rows.py``)."""
+        alternatives (``target_rows.py``). ``pause``: called between the pieces of a long
+        prompt's evaluation (``PAUSE_EVERY`` tokens), where other work may use the target
+        if it puts the cache back as it found it (``app/server/interleave.py``)."""
         if not prompt:
             raise ContextOverflowError("The prompt is empty.")
         if len(prompt) >= self.target.n_ctx:
@@ -152,7 +156,7 @@ class SpeculativeEngine:
             copy_sources = index
         events = self._run(list(prompt), sampling, spec if speculate else None,
                            self.policy_for(spec) if policy is None else policy, max_tokens,
-                           cancel or threading.Event(), detok, stats, copy_sources, constraint, logprobs)
+                           cancel or threading.Event(), detok, stats, copy_sources, constraint, logprobs, pause)
         return Generation(_keeping_the_tail(events, detok), stats)
 
     def policy_for(self, spec: SpecConfig) -> DraftPolicy:
@@ -166,14 +170,14 @@ class SpeculativeEngine:
     def _run(self, committed: list[int], sampling: SamplingConfig, spec: SpecConfig | None,
              policy: DraftPolicy, max_tokens: int, cancel: threading.Event, detok: StreamingDetokenizer,
              stats: Stats, sources: CopySources | None, constraint: Constraint | None = None,
-             logprobs: int | None = None) -> Iterator[TokenEvent]:
+             logprobs: int | None = None, pause: Callable[[], None] | None = None) -> Iterator[TokenEvent]:
         target = self.target
         rng = np.random.default_rng(sampling.seed)
         masked = np.array(sorted(target.eog_ids), dtype=np.int64) if sampling.ignore_eos else None
 
         started = time.perf_counter()
-        self._prefill(committed, stats)
-        stats.prompt_seconds = time.perf_counter() - started
+        paused = self._prefill(committed, stats, pause)
+        stats.prompt_seconds = time.perf_counter() - started - paused
         draft_seconds0 = self.drafter.seconds if self.drafter else 0.0
         started = time.perf_counter()
         emitted = 0
@@ -354,13 +358,22 @@ class SpeculativeEngine:
         return self._copier.copy(committed, k, sampling, sources, own=own,
                                  stretch_to=min(COPY_MOST, k_room) if stretch else 0)
 
-    def _prefill(self, committed: list[int], stats: Stats) -> None:
-        """Bring both caches to the prompt minus its last token, reusing any common prefix."""
+    def _prefill(self, committed: list[int], stats: Stats, pause: Callable[[], None] | None = None) -> float:
+        """Bring both caches to the prompt minus its last token, reusing any common prefix;
+        the seconds spent in ``pause`` (between pieces of a long prompt) come back."""
         reuse = min(common_prefix(self.target.tokens, committed), len(committed) - 1)
         self.target.trim(reuse)
         rest = committed[reuse:-1]
+        paused = 0.0
         if len(rest) > 1:
-            self.target.evaluate(rest[:-1], [])
+            body = rest[:-1]
+            step = PAUSE_EVERY if pause is not None else len(body)
+            for start in range(0, len(body), step):
+                self.target.evaluate(body[start:start + step], [])
+                if pause is not None and start + step < len(body):
+                    t = time.perf_counter()
+                    pause()
+                    paused += time.perf_counter() - t
         if rest:
             # The prompt's last cached token on its own, with its logits: exactly a plain
             # step, measured for Stats.seconds_saved (a drafting reply may run none), at
@@ -371,6 +384,7 @@ class SpeculativeEngine:
         stats.prompt_eval_tokens = len(rest) + 1
         if self.drafter is not None:
             self.drafter.prepare(committed)
+        return paused
 
     def _events(self, draft: Draft, n_accepted: int, token: int,
                 detok: StreamingDetokenizer, choice: TargetRows | _NoRows) -> Iterator[TokenEvent]:

@@ -280,8 +280,14 @@ class CallSplitter:
         self.buffer += text
         return self._drain(final=False)
 
-    def finish(self) -> list[str | ToolCall]:
-        out = self._drain(final=True)
+    def finish(self, *, cut: bool = False) -> list[str | ToolCall]:
+        """What is left, the reply having ended. ``cut``: it ended before a call it had
+        opened was whole (max_tokens) and that call is no text -- a grammar held it to
+        being a call -- so it is dropped rather than sent as content."""
+        out = self._drain(final=False) if cut else []
+        if cut and self.buffer and self._call_start() == 0:
+            self.buffer = ""
+        out += self._drain(final=True)
         if self.buffer:
             out += self._text(self.buffer)
             self.buffer = ""

@@ -14,8 +14,8 @@ by what it writes. What it cannot render is written for it:
 
 A forced call (``tool_choice`` "required" or a named function) begins the reply with
 the family's call opening (``ToolFormat.opening``), so the model can only go on with a
-call; a grammar that also forces the arguments to be valid JSON can be given the same
-``ToolPlan`` later.
+call; ``app/backends/tool_grammar.py`` constrains the rest of it (and, with ``auto``,
+any call the model opens) to calls whose arguments follow the functions' schemas.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ class ToolRequest:
     choice: str = "auto"           # auto | none | required
     name: str | None = None        # the function a named tool_choice forces
     parallel: bool = True
+    constrained: bool = True       # calls held to the functions' schemas by a grammar
 
     @property
     def active(self) -> bool:
@@ -67,6 +68,8 @@ class ToolPlan:
     format: ToolFormat
     prefill: str = ""              # the reply's forced beginning, already in the prompt
     max_calls: int | None = None   # one, when parallel calls are off or a function is named
+    forced: bool = False           # the reply must be calls (tool_choice "required" or a name)
+    name: str | None = None        # the one function it may call, when that is decided
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,8 @@ def tool_plan(template: str | None, request: ToolRequest | None, render: Render)
         name = request.tools[0]["function"]["name"]
     forced = request.choice == "required" or request.name is not None
     single = request.name is not None or not request.parallel
-    return ToolPlan(fmt, fmt.opening(name) if forced else "", 1 if single else None)
+    return ToolPlan(fmt, fmt.opening(name) if forced else "", 1 if single else None, forced,
+                    name if forced else None)
 
 
 def prepare(messages: Sequence[dict], request: ToolRequest | None, template: str | None,

@@ -1,5 +1,5 @@
 """The routes: ``/v1/models``, ``/v1/chat/completions``, ``/v1/completions``,
-``/health`` and ``/tandem/requests`` (the recent requests with their figures); Ollama's
+``/v1/responses`` (``responses.py``), ``/health`` and ``/tandem/requests`` (the recent requests with their figures); Ollama's
 ``/api/...`` beside them (``ollama.py``).
 
 A handler checks the body, queues a ``Job`` on the one ``EngineWorker`` and answers
@@ -29,6 +29,7 @@ from app.server.job_response import GONE, JobOutputResponse, send_body, send_jso
 from app.server.guard import DEFAULT_MAX_BODY, Guard
 from app.server.ollama import add_ollama_routes
 from app.server.replies import Shapes
+from app.server.responses import add_responses_routes
 from app.server.requests import Defaults, JobSpec, chat_job, completion_job, parse_json
 from app.server.tools import CallItem
 from app.server.worker import Delta, EngineWorker, Job, Outcome
@@ -38,7 +39,8 @@ log = logging.getLogger(__name__)
 
 
 def create_app(worker: EngineWorker, *, model_id: str, defaults: Defaults, info=None,
-               api_key: str | None = None, max_body: int = DEFAULT_MAX_BODY, cors_origins=(), allowed_hosts=()):
+               api_key: str | None = None, max_body: int = DEFAULT_MAX_BODY, cors_origins=(), allowed_hosts=(),
+               model_aliases=()):
     """The ASGI application: FastAPI's routes inside the guard (and CORS when asked)."""
     app = FastAPI(title="Tandem", docs_url=None, redoc_url=None, openapi_url=None)
     created = int(time.time())
@@ -56,7 +58,7 @@ def create_app(worker: EngineWorker, *, model_id: str, defaults: Defaults, info=
 
     @app.get("/v1/models/{name:path}")
     async def one_model(name: str):
-        if name != model_id:
+        if name != model_id and name not in model_aliases:
             raise ApiError(404, f"No model {name!r} here; this server serves {model_id!r}.", param="model",
                            code="model_not_found")
         return model
@@ -66,7 +68,10 @@ def create_app(worker: EngineWorker, *, model_id: str, defaults: Defaults, info=
         return {"object": "list", "data": list(worker.recent)}
 
     async def serve(request: Request, parse: Callable[[dict, Defaults], JobSpec], prefix: str) -> Response:
-        spec = parse(parse_json(await request.body()), defaults)
+        raw = await request.body()
+        # A big body (50,000 messages) takes a while to check: off the event loop, which
+        # keeps answering other clients meanwhile.
+        spec = await asyncio.to_thread(lambda: parse(parse_json(raw), defaults))
         job = Job(spec, asyncio.get_running_loop(), id=f"{prefix}-{uuid.uuid4().hex[:24]}")
         worker.submit(job)
         return JobResponse(job, Shapes(spec.kind, job.id, model_id, int(time.time())))
@@ -79,7 +84,8 @@ def create_app(worker: EngineWorker, *, model_id: str, defaults: Defaults, info=
     async def completions(request: Request):
         return await serve(request, completion_job, "cmpl")
 
-    add_ollama_routes(app, worker, model_id=model_id, defaults=defaults, info=info)
+    add_responses_routes(app, worker, model_id=model_id, defaults=defaults)
+    add_ollama_routes(app, worker, model_id=model_id, defaults=defaults, info=info, aliases=tuple(model_aliases))
 
     @app.exception_handler(ApiError)
     async def refused(request: Request, exc: ApiError):

@@ -1,5 +1,5 @@
-"""What every route goes through first: who may ask (Host, Origin, Content-Type), the
-API key and the body cap.
+"""What every route goes through first: who may ask (Host, Origin), the API key and the
+body cap.
 
 A plain ASGI wrapper, so it covers every route, known or not, before FastAPI reads
 a byte: a request from a web page the user merely visited is refused unread, as is
@@ -15,8 +15,12 @@ Why each check (``docs/ARCHITECTURE.md``, "Other people's files are hostile"):
 - **Origin.** A page on another site can send a "simple" POST (``text/plain``,
   no preflight, so CORS never applies); browsers mark it with its ``Origin``. Only
   the server's own origin and those given with ``--cors-origin`` are served.
-- **Content-Type.** Every POST route takes JSON; insisting on ``application/json``
-  makes any cross-site request need a preflight, which the CORS rules answer.
+- **Content-Type is not checked.** Every POST route takes JSON, whatever the header
+  says, as Ollama does: ``curl -d`` (Ollama's own examples) labels its body
+  ``application/x-www-form-urlencoded`` and some clients send no Content-Type at all.
+  A web page cannot use that: browsers mark every POST with its ``Origin`` (a foreign
+  one, or ``null``, is refused above), and a request that says it comes from another
+  site (``Sec-Fetch-Site: cross-site`` / ``same-site``) without one is refused too.
 """
 
 from __future__ import annotations
@@ -87,15 +91,14 @@ class Guard:
             return ApiError(403, f"Requests from the web page at {_shown(_text(origin))} are not served: "
                             "start the server with --cors-origin ORIGIN to let that page in.",
                             code="forbidden_origin")
+        site = _text(headers.get(b"sec-fetch-site", b"")).strip().lower()
+        if origin is None and site in ("cross-site", "same-site"):
+            # A browser that left Origin out (a GET-like fetch, an old engine) still says where it came from.
+            return ApiError(403, f"Requests from another site's web page (Sec-Fetch-Site: {site}) are not served: "
+                            "start the server with --cors-origin ORIGIN to let a page in.", code="forbidden_origin")
         if self.api_key is not None and not self._authorized(headers.get(b"authorization", b"")):
             return ApiError(401, "Missing or wrong API key: send 'Authorization: Bearer <key>'.",
                             code="invalid_api_key")
-        if scope.get("method") == "POST":
-            media = _text(headers.get(b"content-type", b"")).split(";", 1)[0].strip().lower()
-            if media != "application/json":
-                return ApiError(415, "POST requests must send their body as JSON, with "
-                                f"'Content-Type: application/json' (got {_shown(media) if media else 'none'}).",
-                                code="unsupported_media_type")
         return None
 
     def _host_allowed(self, host: str, served) -> bool:

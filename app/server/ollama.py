@@ -35,7 +35,8 @@ RUNNING = "Ollama is running"
 SERVED = "POST /api/chat, /api/generate, /api/show; GET /api/tags, /api/ps, /api/version"
 
 
-def add_ollama_routes(app: FastAPI, worker, *, model_id: str, defaults: Defaults, info=None) -> None:
+def add_ollama_routes(app: FastAPI, worker, *, model_id: str, defaults: Defaults, info=None,
+                      aliases=()) -> None:
     card: list[ModelCard] = []  # read once, on first use, off the event loop
 
     async def model_card() -> ModelCard:
@@ -66,7 +67,7 @@ def add_ollama_routes(app: FastAPI, worker, *, model_id: str, defaults: Defaults
             name = body.get("model") or body.get("name")  # "name": Ollama's older spelling
             if not isinstance(name, str) or not name:
                 raise ApiError(400, "model is required", param="model")
-            if not model_matches(name, model_id):
+            if not model_matches(name, model_id, aliases):
                 raise ApiError(404, f"model '{name}' not found; this server serves '{model_id}:latest'")
         except ApiError as exc:
             return _error(exc)
@@ -76,11 +77,14 @@ def add_ollama_routes(app: FastAPI, worker, *, model_id: str, defaults: Defaults
         started = time.perf_counter()
         try:
             body = await _body(request)
-            parsed = checked(ChatRequest if kind == "chat" else GenerateRequest, body, model_id)
+            model = ChatRequest if kind == "chat" else GenerateRequest
+            # Off the event loop: a long conversation takes a while to check.
+            parsed = await asyncio.to_thread(checked, model, body, model_id, aliases)
             shapes = Shapes(kind, parsed.model)
             if is_load_only(parsed):
                 return JSONResponse(shapes.loaded())
-            spec = chat_spec(parsed, defaults) if kind == "chat" else generate_spec(parsed, defaults)
+            build = chat_spec if kind == "chat" else generate_spec
+            spec = await asyncio.to_thread(build, parsed, defaults)
         except ApiError as exc:
             return _error(exc)
         job = Job(spec, asyncio.get_running_loop(), id=f"ollama-{uuid.uuid4().hex[:24]}")

@@ -85,13 +85,14 @@ class GenerateRequest(_Request):
     context: list[int] | None = None
 
 
-def model_matches(requested: str, model_id: str) -> bool:
-    """``model_id`` or ``model_id:latest``, in any case (Ollama's names are case-insensitive)."""
+def model_matches(requested: str, model_id: str, aliases=()) -> bool:
+    """``model_id`` or one of ``aliases`` (``--model-alias``), with or without ``:latest``,
+    in any case (Ollama's names are case-insensitive)."""
     name = requested.lower()
-    return name in (model_id.lower(), model_id.lower() + TAG)
+    return any(name in (known.lower(), known.lower() + TAG) for known in (model_id, *aliases))
 
 
-def checked(model: type[BaseModel], body: dict, model_id: str):
+def checked(model: type[BaseModel], body: dict, model_id: str, aliases=()):
     """The body as ``model``, its model named and served; ``ApiError`` (400, 404) otherwise."""
     try:
         request = model.model_validate(body)
@@ -101,7 +102,7 @@ def checked(model: type[BaseModel], body: dict, model_id: str):
         raise ApiError(400, f"{where or 'body'}: {error['msg']}", param=where or None) from None
     if not request.model:
         raise ApiError(400, "model is required", param="model")
-    if not model_matches(request.model, model_id):
+    if not model_matches(request.model, model_id, aliases):
         raise ApiError(404, f"model '{request.model}' not found; this server serves '{model_id}{TAG}'",
                        param="model")
     if request.think not in (None, False):

@@ -9,6 +9,7 @@ How a template is given the tools and which family's call format is read:
 
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import dataclass
 from typing import Literal
@@ -18,6 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from app.engine.tool_calls import CallSplitter, ToolCall
 from app.engine.tool_prompt import ToolPlan, ToolRequest
 from app.server.errors import ApiError
+
+log = logging.getLogger(__name__)
 
 MAX_TOOLS = 128               # as OpenAI
 FUNCTION_NAME = r"^[A-Za-z0-9_-]{1,64}$"
@@ -102,8 +105,27 @@ def tool_request(tools: list[ToolDef] | None, choice: ToolChoice | None, paralle
             raise ApiError(400, f"tool_choice names {name!r}, which is not among the tools.",
                            param="tool_choice.function.name")
     as_dicts = tuple(t.model_dump(exclude_none=True) for t in tools)
-    return ToolRequest(as_dicts, "auto" if choice is None or name else choice, name,
-                       True if parallel is None else parallel)
+    choice = "auto" if choice is None or name else choice
+    return ToolRequest(as_dicts, choice, name, True if parallel is None else parallel,
+                       constrained=choice != "none" and _schemas_convert(as_dicts))
+
+
+def _schemas_convert(tools: tuple[dict, ...]) -> bool:
+    """Whether the tools' parameter schemas make a grammar (tool_grammar.py). One that
+    does not (too big, a keyword the converter cannot handle) leaves the calls
+    unconstrained, read as before, rather than refusing the request."""
+    # llama.cpp's converter, imported here: the window's side imports the server's request
+    # shapes but never llama.cpp (requests are served in the engine process).
+    from app.backends.grammar import GrammarError
+    from app.backends.tool_grammar import tool_calls_grammar
+    from app.engine.tool_calls import HERMES
+
+    try:
+        tool_calls_grammar(HERMES, list(tools))
+    except GrammarError as exc:
+        log.info("tool calls left unconstrained: %s", exc)
+        return False
+    return True
 
 
 def history_entry(role: str, text: str, message, index: int) -> tuple[str, str] | dict:
@@ -155,8 +177,9 @@ class ToolReader:
     Control tokens the format names (``[TOOL_CALLS]``, ``<|python_tag|>``) write no text
     of their own in a reply; ``text_of`` gives them theirs, so the splitter sees them."""
 
-    def __init__(self, plan: ToolPlan, target) -> None:
+    def __init__(self, plan: ToolPlan, target, *, constrained: bool = False) -> None:
         self.splitter = CallSplitter(plan.format, prefill=plan.prefill, max_calls=plan.max_calls)
+        self.constrained = constrained  # calls held to their grammar: one cut short is no text
         self._special: dict[int, str] = {}
         for text in plan.format.special_texts:
             ids = target.tokenize(text, add_special=False, parse_special=True)
@@ -171,7 +194,7 @@ class ToolReader:
         return self._items(self.splitter.feed(text))
 
     def finish(self) -> list:
-        return self._items(self.splitter.finish())
+        return self._items(self.splitter.finish(cut=self.constrained))
 
     @property
     def done(self) -> bool:

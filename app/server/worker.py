@@ -33,6 +33,7 @@ from app.engine.types import Stats, StopReason
 from app.errors import TandemError
 from app.server.errors import ApiError, server_error
 from app.server.requests import JobSpec
+from app.server.interleave import Interleave
 from app.server.tools import CallItem, ToolReader
 from app.server.structured import token_entry
 
@@ -148,15 +149,15 @@ class JobRunner:
             if job.cancel.is_set():
                 job.push(_skipped(job))
             else:
-                self._run(session, job, next(self._served))
+                self._run(session, job, next(self._served), getattr(self, "interleave", None))
         finally:
             with self._lock:
                 self._jobs_by_arrival.pop(job.arrival, None)
 
-    def _run(self, session, job: Job, served: int) -> None:
+    def _run(self, session, job: Job, served: int, interleave=None) -> None:
         queued = time.perf_counter() - job.enqueued
         try:
-            outcome = _reply(session, job, served, queued)
+            outcome = _reply(session, job, served, queued, interleave)
         except RenderStopped:
             outcome = _skipped(job)
         except ContextOverflowError as exc:
@@ -222,6 +223,7 @@ class EngineWorker(JobRunner):
         self._load_error: BaseException | None = None
         self._thread = threading.Thread(target=self._main, name="tandem-engine", daemon=True)
         self.session = None
+        self.interleave: Interleave | None = None  # short jobs served while a long prompt is read
 
     def start(self):
         """Load the models (on the worker thread) and return the loaded ``ChatSession``;
@@ -255,18 +257,29 @@ class EngineWorker(JobRunner):
             return
         finally:
             self._loaded.set()
+        self.interleave = Interleave(self.session, self._waiting_job, lambda job: self.run(self.session, job))
         try:
             while (job := self._jobs.get()) is not None:
                 self.run(self.session, job)
         finally:
             self.session.close()
 
+    def _waiting_job(self) -> Job | None:
+        """The next job in the queue, if one is waiting now (the stop signal stays put)."""
+        try:
+            job = self._jobs.get_nowait()
+        except queue.Empty:
+            return None
+        if job is None:
+            self._jobs.put(None)
+        return job
+
 
 def _skipped(job: Job) -> Outcome:
     return Outcome("cancelled", 0, 0, 0, Stats(), Counter(), job.arrival, 0, time.perf_counter() - job.enqueued)
 
 
-def _reply(session, job: Job, served: int, queued: float) -> Outcome:
+def _reply(session, job: Job, served: int, queued: float, interleave=None) -> Outcome:
     spec = job.spec
     if spec.kind == "chat":
         extra = {"tools": spec.tools} if spec.tools is not None else {}
@@ -277,9 +290,13 @@ def _reply(session, job: Job, served: int, queued: float) -> Outcome:
         # Raw text, never control tokens: a '<|im_end|>' in it stays text.
         prompt = ChatPrompt(session.target.tokenize(spec.prompt, add_special=True, parse_special=False))
     extra = {"grammar": spec.grammar, "logprobs": spec.logprobs} if spec.grammar or spec.logprobs is not None else {}
-    generation = session.generate(prompt, spec.sampling, spec.spec, spec.max_tokens, job.cancel, **extra)
     plan = getattr(prompt, "tools", None)
-    reader = ToolReader(plan, session.target) if plan is not None else None
+    if plan is not None and spec.tools is not None and spec.tools.constrained:
+        extra["tool_request"] = spec.tools
+    if interleave is not None and not interleave.inside:
+        extra["pause"] = interleave.pause
+    generation = session.generate(prompt, spec.sampling, spec.spec, spec.max_tokens, job.cancel, **extra)
+    reader = ToolReader(plan, session.target, constrained="tool_request" in extra) if plan is not None else None
     matcher = StopMatcher(spec.stop)
     kinds: Counter = Counter()
     pending: list[str] = []

@@ -112,18 +112,27 @@ class ChatSession:
 
     def generate(self, prompt: ChatPrompt, sampling: SamplingConfig, spec: SpecConfig, max_tokens: int,
                  cancel: threading.Event | None = None, *, replaced: Sequence[str] = (),
-                 grammar: str = "", logprobs: int | None = None) -> Generation:
+                 grammar: str = "", logprobs: int | None = None, tool_request=None, pause=None) -> Generation:
         """A reply to an already built prompt, its figures carrying what the prompt said.
         Copying repeats (``spec.copy_min``) also copies from what ``remember`` and
         ``replaced`` gave, the replaced replies first (added last, they win equal matches).
         ``grammar``: GBNF the reply must match (``app.backends.grammar`` makes it from a
-        JSON schema or tools; a bad one raises GrammarError). ``logprobs``: each token
-        event carries its log-probability and that many top alternatives."""
+        JSON schema; a bad one raises GrammarError). ``tool_request``: the request's tools
+        (``engine.tool_prompt.ToolRequest``), when the prompt's ``tools`` plan reads the reply
+        for calls: its calls are constrained to the functions' schemas (``tool_grammar``),
+        the whole reply when a call is forced, else from where the model opens one (a
+        ``grammar`` given too wins then). ``logprobs``: each token event carries its
+        log-probability and that many top alternatives. ``pause``: see
+        ``SpeculativeEngine.generate``."""
         self.remember(replaced)
+        plan = prompt.tools
+        if tool_request is not None and plan is not None and (plan.forced or not grammar):
+            constraint = self.tool_constraint(plan, tool_request)
+        else:
+            constraint = self.constraint(grammar) if grammar else None
         generation = self.engine.generate(prompt.tokens, sampling, spec, max_tokens, cancel,
-                                          copy_sources=self.copy_sources,
-                                          constraint=self.constraint(grammar) if grammar else None,
-                                          logprobs=logprobs)
+                                          copy_sources=self.copy_sources, constraint=constraint,
+                                          logprobs=logprobs, **({"pause": pause} if pause else {}))
         generation.stats.left_out = prompt.left_out
         generation.stats.prompt_notice = prompt.notice
         return generation
@@ -133,6 +142,12 @@ class ChatSession:
         from app.backends.grammar import GrammarConstraint
 
         return GrammarConstraint.compile(self.target, grammar)
+
+    def tool_constraint(self, plan, request):
+        """The constraint on a reply's tool calls (``app.backends.tool_grammar``)."""
+        from app.backends.tool_grammar import tool_constraint
+
+        return tool_constraint(self.target, plan, request)
 
     def self_test(self, gpu_name: str | None = None):
         """The ``--self-test`` checks on this pair (Help → Check speculation)."""

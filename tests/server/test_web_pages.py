@@ -1,6 +1,7 @@
 """No web page the user visits can drive the server: a foreign Host (DNS rebinding), a
-foreign Origin (a cross-site "simple" POST) and a body that is not JSON are refused
-before any route runs; ordinary clients on 127.0.0.1, localhost and [::1] are served.
+foreign Origin (a cross-site "simple" POST, whatever its Content-Type) are refused before
+any route runs; ordinary clients on 127.0.0.1, localhost and [::1] are served, their body
+read as JSON whatever its Content-Type (as Ollama does).
 
 Raw sockets send exactly the headers a browser would, byte for byte; the official
 ``openai`` client stands for a normal local program.
@@ -98,16 +99,41 @@ def test_other_origins_are_refused(live, origin):
     assert status == 403 and body["error"]["code"] == "forbidden_origin"
 
 
-@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded",
-                                          "multipart/form-data; boundary=x", None])
-def test_a_post_that_is_not_json_is_refused(live, content_type):
-    """The content types a form or a no-cors fetch() can send, and none at all."""
+NOT_JSON = ["text/plain", "text/plain;charset=UTF-8", "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x", None]
+
+
+@pytest.mark.parametrize("content_type", NOT_JSON)
+def test_a_post_without_origin_is_read_as_json_whatever_its_content_type(live, content_type):
+    """curl -d (Ollama's examples) says x-www-form-urlencoded, litellm's Ollama provider
+    says nothing: no web page sent it (browsers always send Origin with a POST)."""
     head = f"POST /v1/chat/completions HTTP/1.1\nHost: 127.0.0.1:{port_of(live)}"
     if content_type:
         head += f"\nContent-Type: {content_type}"
     status, body = raw(live, head, CHAT)
-    assert status == 415 and body["error"]["code"] == "unsupported_media_type"
-    assert "application/json" in body["error"]["message"]
+    assert status == 200 and body["object"] == "chat.completion"
+
+
+@pytest.mark.parametrize("content_type", [*NOT_JSON, "application/json"])
+@pytest.mark.parametrize("origin", ["http://evil.example", "null"])
+def test_a_foreign_origin_is_refused_whatever_its_content_type(live, origin, content_type):
+    head = browser_post(f"127.0.0.1:{port_of(live)}", origin, content_type or "")
+    if content_type is None:
+        head = "\n".join(line for line in head.splitlines() if "Content-Type" not in line)
+    status, body = raw(live, head, CHAT)
+    assert status == 403 and body["error"]["code"] == "forbidden_origin"
+
+
+def test_a_cross_site_request_without_origin_is_refused(live):
+    """Sec-Fetch-Site still tells a web page's request from a program's."""
+    status, body = raw(live, browser_post(f"127.0.0.1:{port_of(live)}", None, "text/plain"), CHAT)
+    assert status == 403 and body["error"]["code"] == "forbidden_origin"
+
+
+def test_its_own_origin_is_served_whatever_its_content_type(live):
+    port = port_of(live)
+    status, body = raw(live, browser_post(f"127.0.0.1:{port}", f"http://127.0.0.1:{port}", "text/plain"), CHAT)
+    assert status == 200 and body["choices"]
 
 
 def test_refusals_are_one_line_and_do_not_echo_control_characters(live):

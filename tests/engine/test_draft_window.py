@@ -1,0 +1,40 @@
+"""A long prompt: the draft model reads only its tail (``ModelDrafter.reads_at_most``),
+so a context-filling history is read once by the target rather than twice; the reply
+is the same (the target judges every drafted token), and a prompt grown by a turn is
+read by the draft from where it began reading."""
+
+from __future__ import annotations
+
+from app.engine.chat import build_messages, chat_tokens
+from app.engine.drafters import ModelDrafter
+from app.engine.speculative import SpeculativeEngine
+from app.engine.types import SamplingConfig, SpecConfig
+
+
+def _history(turns: int) -> list[tuple[str, str]]:
+    return [("user" if i % 2 == 0 else "assistant", f"Message number {i} of a long chat.") for i in range(turns)]
+
+
+def test_the_draft_reads_the_tail_and_the_reply_is_the_same(q41_target, q40_draft):
+    prompt = chat_tokens(q41_target, build_messages(_history(41)))
+    assert len(prompt) > 300
+    drafter = ModelDrafter(q40_draft, q41_target.n_vocab, eog_ids=q41_target.eog_ids)
+    drafter.reads_at_most = 64
+    plain = SpeculativeEngine(q41_target).generate(prompt, SamplingConfig(), SpecConfig(enabled=False), 16).run()
+    generation = SpeculativeEngine(q41_target, drafter).generate(prompt, SamplingConfig(), SpecConfig(draft_max=4), 16)
+    windowed = generation.run()
+    assert [e.id for e in windowed] == [e.id for e in plain]
+    assert generation.stats.drafted > 0
+    assert len(q40_draft.tokens) <= 64 + 16 + 8  # the tail and the reply, not the whole prompt
+    offset = drafter._offset
+    assert offset == len(prompt) - 64
+    grown = prompt + [e.id for e in windowed] + chat_tokens(q41_target, build_messages(_history(3)))[-20:]
+    drafter.prepare(grown)
+    assert drafter._offset == offset  # still reading from where it began: only the new turn is read
+
+
+def test_a_short_prompt_is_read_whole(q41_target, q40_draft):
+    prompt = chat_tokens(q41_target, build_messages(_history(3)))
+    drafter = ModelDrafter(q40_draft, q41_target.n_vocab, eog_ids=q41_target.eog_ids)
+    drafter.prepare(prompt)
+    assert drafter._offset == 0 and q40_draft.tokens == prompt[:-1]
