@@ -26,7 +26,7 @@ README = ROOT / "README.md"
 README_MAX_LINES = 220
 USER_DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]
 # Docs being written alongside this test; drop each entry once its file has landed.
-PENDING_DOCS = {"docs/recurrent-models.md", "docs/cross-vocabulary.md", "docs/host-costs.md", "docs/clients.md"}
+PENDING_DOCS: set[str] = set()  # docs another change adds, while it is on its way (none now)
 
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
 INLINE = re.compile(r"(?<!`)`(tandem [^`]+)`(?!`)")
