@@ -163,7 +163,7 @@ def test_the_regenerate_workload_copies_from_the_reply_it_replaces(demo_models):
     def bench(workload: str) -> dict:
         result = subprocess.run(
             [sys.executable, "-m", "app", "bench", "--workload", workload, "--limit", "2", "--max-tokens", "48",
-             "--repeat", "1", "--draft-max", "4", "--json"],
+             "--repeat", "1", "--draft-max", "4", "--temperature", "0", "--json"],
             capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT, timeout=600)
         assert result.returncode == 0, result.stderr
         return json.loads(result.stdout)["overall"]

@@ -24,7 +24,7 @@ def bench(home: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_every_method_is_a_choice():
-    assert names() == ["chain", "tree", "lookahead", "self", "auto"]
+    assert names() == ["chain", "tree", "lookahead", "text", "self", "auto"]
 
 
 def test_chain_and_tree_set_the_trees_the_bench_runs(demo_models, tmp_path):
