@@ -9,6 +9,8 @@ import json
 
 from starlette.responses import Response
 
+from app.server.errors import ApiError
+
 GONE = object()  # pushed into a job's output when its client disconnects
 
 
@@ -37,6 +39,22 @@ class JobOutputResponse(Response):
 
     async def _respond(self, send) -> None:
         raise NotImplementedError
+
+    async def _first_output(self, send):
+        """The job's first output; None where there is nothing more to send: the client
+        went away, or the job failed before its first byte (answered here, whole)."""
+        item = await self.job.output.get()
+        if item is GONE:
+            return None
+        if isinstance(item, ApiError):
+            await send_json(send, item.status, self.error_body(item))
+            return None
+        return item
+
+    @staticmethod
+    def error_body(error: ApiError) -> dict:
+        """A failure in the route's own shape (OpenAI's error object by default)."""
+        return error.body()
 
 
 async def send_body(send, body: bytes, more: bool = True) -> None:

@@ -164,13 +164,14 @@ class NdjsonResponse(JobOutputResponse):
         super().__init__()
         self.job, self.shapes, self.started = job, shapes, started
 
+    @staticmethod
+    def error_body(error: ApiError) -> dict:
+        return {"error": error.message}  # Ollama's error shape
+
     async def _respond(self, send) -> None:
         job, shapes = self.job, self.shapes
-        item = await job.output.get()
-        if item is GONE:
-            return
-        if isinstance(item, ApiError):
-            await send_json(send, item.status, {"error": item.message})
+        item = await self._first_output(send)
+        if item is None:
             return
         if not job.spec.stream:
             texts = []

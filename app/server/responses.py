@@ -314,11 +314,8 @@ class ResponsesReply(JobOutputResponse):
 
     async def _respond(self, send) -> None:
         job, shapes = self.job, self.shapes
-        item = await job.output.get()
-        if item is GONE:
-            return
-        if isinstance(item, ApiError):
-            await send_json(send, item.status, item.body())
+        item = await self._first_output(send)
+        if item is None:
             return
         if not job.spec.stream:
             texts, output = [], []
