@@ -107,9 +107,8 @@ def test_policy_keeps_a_bridge_that_pays_and_obeys_the_mode():
 
 # -- the real families -------------------------------------------------------------------
 
-class SteppedTarget:
-    """A real target whose batches are evaluated one token at a time (see the module's
-    docstring); every other call goes to the model."""
+class ModelStandIn:
+    """A real model behind the backend protocol, for a test to change one call of it."""
 
     def __init__(self, model) -> None:
         self.model = model
@@ -129,6 +128,17 @@ class SteppedTarget:
     def token_text(self, token_id):
         return self.model.token_text(token_id)
 
+    def trim(self, n_keep: int) -> None:
+        self.model.trim(n_keep)
+
+    def close(self) -> None:
+        pass
+
+
+class SteppedTarget(ModelStandIn):
+    """A real target whose batches are evaluated one token at a time (see the module's
+    docstring); every other call goes to the model."""
+
     def evaluate(self, tokens: Sequence[int], logits_at: Sequence[int]) -> np.ndarray:
         wanted = list(logits_at)
         rows = {}
@@ -137,12 +147,6 @@ class SteppedTarget:
             if i in wanted:
                 rows[i] = row[0]
         return np.stack([rows[i] for i in wanted]) if wanted else np.zeros((0, self.n_vocab), np.float32)
-
-    def trim(self, n_keep: int) -> None:
-        self.model.trim(n_keep)
-
-    def close(self) -> None:
-        pass
 
 
 @pytest.fixture(scope="module")
@@ -297,28 +301,13 @@ def test_emoji_and_combining_characters_split_across_rounds(pair):
         assert generation.stats.bridged > 0
 
 
-class EndsMidWord:
+class EndsMidWord(ModelStandIn):
     """A real draft model that ends its turn inside a word: its end-of-sequence logit is
     raised above all others whenever its last token does not end in a space."""
 
     def __init__(self, model) -> None:
-        self.model = model
-        for name in ("n_vocab", "n_ctx", "bos_id", "eos_id", "add_bos", "eog_ids", "chat_template", "name"):
-            setattr(self, name, getattr(model, name))
+        super().__init__(model)
         self.ended = 0
-
-    @property
-    def tokens(self):
-        return self.model.tokens
-
-    def tokenize(self, text, *, add_special, parse_special):
-        return self.model.tokenize(text, add_special=add_special, parse_special=parse_special)
-
-    def token_bytes(self, token_id):
-        return self.model.token_bytes(token_id)
-
-    def token_text(self, token_id):
-        return self.model.token_text(token_id)
 
     def evaluate(self, tokens, logits_at):
         rows = self.model.evaluate(tokens, logits_at)
@@ -327,12 +316,6 @@ class EndsMidWord:
             rows[-1, self.model.eos_id] = rows[-1].max() + 10.0
             self.ended += 1
         return rows
-
-    def trim(self, n_keep):
-        self.model.trim(n_keep)
-
-    def close(self):
-        pass
 
 
 def test_a_draft_that_ends_its_turn_mid_word(q41_target, gemma_draft):
