@@ -19,7 +19,8 @@ import numpy as np
 from app.engine.backend import ModelBackend, borrow_rows
 from app.engine.constraints import Constraint, ConstraintError, constrained_argmax, constrained_dist, trim_to_constraint
 from app.engine.copy_sources import CopySources
-from app.engine.sampling import near_top, runner_up, softmax_prob, warp_dist
+from app.engine.peak import peak
+from app.engine.sampling import runner_up, softmax_prob, warp_dist
 from app.engine.sparse_dist import Dist
 from app.engine.types import DrafterKind, SamplingConfig
 
@@ -98,6 +99,10 @@ class ModelDrafter:
     def __init__(self, model: ModelBackend, target_vocab: int, eog_ids: Sequence[int] = ()) -> None:
         self.model = model
         self.seconds = 0.0
+        # The process's CPU clock for each step (``Draft.step_cpu_seconds``), which only a
+        # thread chooser reads; the engine sets None where none listens: on a virtual
+        # machine each reading is a system call (7 us), and a round makes k of them.
+        self.cpu_clock: Callable[[], float] | None = time.process_time
         self._target_vocab = target_vocab
         # With ignore_eos the target never emits these, so drafting them is wasted.
         self._eog = np.array(sorted(eog_ids), dtype=np.int64)
@@ -137,8 +142,9 @@ class ModelDrafter:
     def _draft(self, draft: Draft, pending: list[int], n_max: int, sampling: SamplingConfig,
                rng: np.random.Generator, p_min: float, go_on: Callable[[float], bool] | None,
                state: Constraint | None, branch: Callable[[float], bool] | None = None) -> None:
+        clock = self.cpu_clock
         for _ in range(n_max):
-            cpu, started = time.process_time(), time.perf_counter()
+            cpu, started = clock() if clock else 0.0, time.perf_counter()
             # A view of the model's own buffer where it lends one: read here, never kept.
             logits = self._fit_vocab(borrow_rows(self.model, pending, [len(pending) - 1])[0],
                                      sampling.ignore_eos)
@@ -148,7 +154,8 @@ class ModelDrafter:
                 # [d_k, bonus] after a fully accepted round is this round's first draft
                 # step, a little dearer: counted as one, it keeps the cost model honest.
                 draft.step_seconds.append(elapsed)
-                draft.step_cpu_seconds.append(time.process_time() - cpu)
+                if clock:
+                    draft.step_cpu_seconds.append(clock() - cpu)
             else:
                 draft.catchup_seconds += elapsed
             try:
@@ -210,10 +217,9 @@ class ModelDrafter:
         """(token, the drafter's probability of it, q when sampled, greedy: the runner-up)."""
         if sampling.greedy:
             # The token's softmax probability (unmasked: p_min and go_on judge the draft
-            # model's confidence), from the logits near the top: no softmax over the vocabulary.
+            # model's confidence), from the logits near the top: one pass over the row.
             if state is None:
-                token = int(np.argmax(logits))
-                prob, second = near_top(logits, token, second=True)
+                token, prob, second = peak(logits)
             else:
                 token = constrained_argmax(logits, state)
                 prob, second = softmax_prob(logits, token), runner_up(logits, token)

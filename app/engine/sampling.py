@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from app.engine.row_grid import RowGrid
 from app.engine.sparse_dist import Dist, sample_dense
 from app.engine.types import SamplingConfig
 
@@ -109,37 +110,40 @@ def top_n(vals: np.ndarray, n: int) -> np.ndarray:
     """Positions of the n largest values; ties at the cut go to the lowest positions.
     The order: those above the cut ascending, then the tied ones ascending.
 
-    A partition of a whole vocabulary costs milliseconds (2 ms at 262k), so the cut
-    is first guessed from a strided sample: every value at or above the guess is a
-    candidate (one compare pass), and when there are at least n of them the n-th
-    largest value is among them, with every value tied to it -- so the answer, ties
-    included, is the exact one found among the candidates alone. A guess that keeps
-    fewer than n (or too many) falls back to the whole array.
+    A partition of a whole vocabulary costs milliseconds (2 ms at 262k). On a long
+    row the n-th largest of its column maxima (``row_grid.RowGrid``: one pass) is a
+    lower bound on the n-th largest value, so every value of the answer, ties
+    included, lies in the columns at or above it: the exact answer is found among
+    those few. A bound that leaves too many (a row of many ties) falls back to the
+    whole array.
     """
     size = vals.size
     if n >= size:
         return np.arange(size)
-    if size >= _SUBSAMPLE_FROM:
-        stride = size // _SUBSAMPLE
-        sub = vals[::stride]
-        r = min(sub.size, 2 * n // stride + 8)  # about 2n + 8 * stride candidates expected
-        guess = np.partition(sub, sub.size - r)[sub.size - r]
-        candidates = sparse_nonzero(vals >= guess)
-        if n <= candidates.size <= size // 4:
-            return candidates[_top_n_all(vals[candidates], n)]
+    if RowGrid.fits(vals) and n * 8 <= _TOP_N_COLUMNS:
+        row = RowGrid(vals, _TOP_N_COLUMNS)
+        cut = np.partition(row.colmax, row.n - n)[row.n - n]
+        if np.isfinite(cut):
+            ids, candidates = row.above(float(cut), inclusive=True)
+            if ids.size <= size // 4:
+                return ids[_top_n_all(candidates, n)]
     return _top_n_all(vals, n)
 
 
-# Vocabularies this large guess the top-n cut from a sample of _SUBSAMPLE values.
+_TOP_N_COLUMNS = 4096  # a partition of 4,096 column maxima, then n columns read again
+# Rows this long have near_top find their band with one compare pass.
 _SUBSAMPLE_FROM = 8192
-_SUBSAMPLE = 4096
 
 
 def _top_n_all(vals: np.ndarray, n: int) -> np.ndarray:
+    """``top_n`` by a partition of the whole of ``vals``; all of them when n covers it,
+    still in ``top_n``'s order (a candidate set exactly n long must sum as the
+    vocabulary's top n would)."""
     if n >= vals.size:
-        return np.arange(vals.size)
-    cut = vals.size - n
-    threshold = np.partition(vals, cut)[cut]  # the n-th largest value
+        threshold = vals.min() if vals.size else 0.0
+    else:
+        cut = vals.size - n
+        threshold = np.partition(vals, cut)[cut]  # the n-th largest value
     above = np.flatnonzero(vals > threshold)
     tied = np.flatnonzero(vals == threshold)[: n - above.size]
     return np.concatenate([above, tied])

@@ -117,6 +117,10 @@ class SpeculativeEngine:
         # what each token would have cost without speculation (Stats.seconds_saved).
         self._plain_steps = RecentCost()
         self.threads = threads_for(target, getattr(drafter, "model", None))
+        # CPU clocks are read only where a thread chooser listens (a system call each on a VM).
+        self._cpu_clock = time.process_time if self.threads.reads_target_cpu else None
+        if hasattr(drafter, "cpu_clock") and not self.threads.reads_draft_cpu:
+            drafter.cpu_clock = None
 
     def generate(self, prompt: Sequence[int], sampling: SamplingConfig = SamplingConfig(),
                  spec: SpecConfig = SpecConfig(), max_tokens: int = 256,
@@ -241,7 +245,8 @@ class SpeculativeEngine:
                     shape = (grow_tree(committed[-1], draft, copied, plan.fork_copies, target)
                              if spec and constraint is None and logprobs is None else None)
                 batch = [committed[-1], *draft.tokens]
-                cpu, t = time.process_time(), time.perf_counter()
+                clock = self._cpu_clock
+                cpu, t = clock() if clock else 0.0, time.perf_counter()
                 # Borrowed (no copy) where the target lends them: read within this round only.
                 rows = (borrow_rows(target, batch, range(len(batch))) if shape is None
                         else borrow_tree(target, shape.tree.tokens, shape.tree.parents))
@@ -249,7 +254,7 @@ class SpeculativeEngine:
                 stats.target_seconds += elapsed
                 size = len(rows)  # a tree of n tokens costs as a line of n does
                 policy.observe_verify(size, elapsed)
-                self.threads.observe_verify(size, elapsed, time.process_time() - cpu)
+                self.threads.observe_verify(size, elapsed, clock() - cpu if clock else None)
                 if size == 1:
                     self._plain_steps.add(elapsed)
                 else:

@@ -140,6 +140,14 @@ class TextBridge:
     def seconds(self) -> float:
         return self._steps.seconds + self._own_seconds
 
+    @property
+    def cpu_clock(self) -> Callable[[], float] | None:
+        return self._steps.cpu_clock
+
+    @cpu_clock.setter
+    def cpu_clock(self, clock: Callable[[], float] | None) -> None:
+        self._steps.cpu_clock = clock
+
     def prepare(self, context: Sequence[int]) -> None:
         started = time.perf_counter()
         self._sync(context)

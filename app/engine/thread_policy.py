@@ -215,6 +215,9 @@ class AdaptiveThreads:
                  draft: ThreadChooser | None = None, apply_draft: Callable[[int], None] | None = None) -> None:
         self.target, self._apply_target = target, apply_target
         self.draft, self._apply_draft = draft, apply_draft
+        # Which steps' CPU seconds a chooser reads (the engine reads no clock for the others).
+        self.reads_target_cpu = target is not None
+        self.reads_draft_cpu = draft is not None
 
     def observe_verify(self, batch: int, seconds: float, cpu_seconds: float | None = None) -> None:
         if self.target is not None:
@@ -239,6 +242,8 @@ class AdaptiveThreads:
 
 class _FixedThreads:
     """An explicit thread count: nothing to choose."""
+
+    reads_target_cpu = reads_draft_cpu = False
 
     def observe_verify(self, batch: int, seconds: float, cpu_seconds: float | None = None) -> None:
         pass
