@@ -100,8 +100,7 @@ class ModelDrafter:
         self.model = model
         self.seconds = 0.0
         # The process's CPU clock for each step (``Draft.step_cpu_seconds``), which only a
-        # thread chooser reads; the engine sets None where none listens: on a virtual
-        # machine each reading is a system call (7 us), and a round makes k of them.
+        # thread chooser reads: the engine sets None where none does.
         self.cpu_clock: Callable[[], float] | None = time.process_time
         self._target_vocab = target_vocab
         # With ignore_eos the target never emits these, so drafting them is wasted.

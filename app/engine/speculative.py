@@ -117,10 +117,6 @@ class SpeculativeEngine:
         # what each token would have cost without speculation (Stats.seconds_saved).
         self._plain_steps = RecentCost()
         self.threads = threads_for(target, getattr(drafter, "model", None))
-        # CPU clocks are read only where a thread chooser listens (a system call each on a VM).
-        self._cpu_clock = time.process_time if self.threads.reads_target_cpu else None
-        if hasattr(drafter, "cpu_clock") and not self.threads.reads_draft_cpu:
-            drafter.cpu_clock = None
 
     def generate(self, prompt: Sequence[int], sampling: SamplingConfig = SamplingConfig(),
                  spec: SpecConfig = SpecConfig(), max_tokens: int = 256,
@@ -178,6 +174,11 @@ class SpeculativeEngine:
         target = self.target
         rng = np.random.default_rng(sampling.seed)
         masked = np.array(sorted(target.eog_ids), dtype=np.int64) if sampling.ignore_eos else None
+        # The process's CPU clock is read only where a thread chooser uses it: on a
+        # virtual machine each reading is a system call (7 us), and a round makes k + 2.
+        clock = time.process_time if getattr(self.threads, "reads_target_cpu", True) else None
+        if hasattr(self.drafter, "cpu_clock"):
+            self.drafter.cpu_clock = time.process_time if getattr(self.threads, "reads_draft_cpu", True) else None
 
         started = time.perf_counter()
         paused = self._prefill(committed, stats, pause)
@@ -245,7 +246,6 @@ class SpeculativeEngine:
                     shape = (grow_tree(committed[-1], draft, copied, plan.fork_copies, target)
                              if spec and constraint is None and logprobs is None else None)
                 batch = [committed[-1], *draft.tokens]
-                clock = self._cpu_clock
                 cpu, t = clock() if clock else 0.0, time.perf_counter()
                 # Borrowed (no copy) where the target lends them: read within this round only.
                 rows = (borrow_rows(target, batch, range(len(batch))) if shape is None

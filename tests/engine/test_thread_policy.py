@@ -341,3 +341,32 @@ def test_a_probe_the_share_set_off_still_goes_back_where_fewer_threads_are_deare
     chooser = ThreadChooser(2, idle=Idle(0.0))
     seen = run_measured(chooser, {1: 2.6, 2: 2.0}, BUSY_CPU, 600)
     assert chooser.threads == 2 and seen.count(1) / len(seen) < 0.1
+
+
+def test_cpu_clocks_are_read_only_where_a_chooser_uses_them(q41_target, q40_draft):
+    """Each reading of the process's CPU clock is a system call on a virtual machine:
+    an explicit thread count (or a model whose count is fixed) reads none."""
+    from app.engine.drafters import ModelDrafter
+    from app.engine.speculative import SpeculativeEngine
+    from app.engine.types import SamplingConfig, SpecConfig
+
+    class Recording:
+        def __init__(self, target: bool, draft: bool):
+            self.reads_target_cpu, self.reads_draft_cpu = target, draft
+            self.verify, self.draft = [], []
+
+        def observe_verify(self, batch, seconds, cpu_seconds=None):
+            self.verify.append(cpu_seconds)
+
+        def observe_draft(self, step_seconds, step_cpu=None):
+            self.draft.append(list(step_cpu or []))
+
+    prompt = q41_target.tokenize("The lighthouse keeper", add_special=True, parse_special=False)
+    for target, draft in ((False, False), (True, False), (False, True), (True, True)):
+        engine = SpeculativeEngine(q41_target, ModelDrafter(q40_draft, q41_target.n_vocab))
+        engine.threads = recording = Recording(target, draft)
+        engine.generate(prompt, SamplingConfig(), SpecConfig(draft_max=4, copy_min=0), 16).run()
+        assert recording.verify and recording.draft
+        assert all((cpu is not None) == target for cpu in recording.verify)
+        assert any(recording.draft) == draft
+    assert not FIXED.reads_target_cpu and not FIXED.reads_draft_cpu
