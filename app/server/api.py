@@ -25,7 +25,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
 
 from app.server.errors import ApiError, server_error
-from app.server.job_response import GONE, JobOutputResponse, send_body, send_json
+from app.server.job_response import EVENT_STREAM, GONE, JobOutputResponse, send_body, send_json, start_stream
 from app.server.guard import DEFAULT_MAX_BODY, Guard
 from app.server.ollama import add_ollama_routes
 from app.server.replies import Shapes
@@ -146,9 +146,7 @@ class JobResponse(JobOutputResponse):
                 logprobs = entries if job.spec.logprobs is not None else None
                 await send_json(send, 200, shapes.whole("".join(texts), item, calls, logprobs))
             return
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"text/event-stream; charset=utf-8"),
-                                (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]})
+        await start_stream(send, EVENT_STREAM)
         opening = shapes.opening()
         if opening is not None:
             await send_body(send, _sse(opening))

@@ -57,6 +57,17 @@ class JobOutputResponse(Response):
         return error.body()
 
 
+EVENT_STREAM = b"text/event-stream; charset=utf-8"  # OpenAI's and the Responses API's streams
+NDJSON = b"application/x-ndjson"                     # Ollama's
+
+
+async def start_stream(send, content_type: bytes) -> None:
+    """A streamed answer's head: no caching, and no proxy buffering that would hold tokens back."""
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", content_type), (b"cache-control", b"no-cache"),
+                            (b"x-accel-buffering", b"no")]})
+
+
 async def send_body(send, body: bytes, more: bool = True) -> None:
     await send({"type": "http.response.body", "body": body, "more_body": more})
 

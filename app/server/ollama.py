@@ -23,7 +23,7 @@ from starlette.responses import Response
 
 from app import __version__
 from app.server.errors import ApiError
-from app.server.job_response import GONE, JobOutputResponse, send_body, send_json
+from app.server.job_response import GONE, NDJSON, JobOutputResponse, send_body, send_json, start_stream
 from app.server.ollama_models import OLLAMA_API_VERSION, ModelCard, timestamp
 from app.server.ollama_requests import (ChatRequest, GenerateRequest, checked, chat_spec, generate_spec,
                                         is_load_only, model_matches)
@@ -183,9 +183,7 @@ class NdjsonResponse(JobOutputResponse):
             elif isinstance(item, Outcome):
                 await send_json(send, 200, shapes.final("".join(texts), item, self.started))
             return
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"application/x-ndjson"), (b"cache-control", b"no-cache"),
-                                (b"x-accel-buffering", b"no")]})
+        await start_stream(send, NDJSON)
         while True:
             if isinstance(item, Delta):
                 if item.text or (job.spec.token_kinds and item.kinds):

@@ -27,7 +27,7 @@ from collections import OrderedDict
 from fastapi import Request
 
 from app.server.errors import ApiError
-from app.server.job_response import GONE, JobOutputResponse, send_body, send_json
+from app.server.job_response import EVENT_STREAM, GONE, JobOutputResponse, send_body, send_json, start_stream
 from app.server.replies import tandem_figures
 from app.server.requests import Defaults, chat_job, parse_json
 from app.server.tools import CallItem
@@ -339,9 +339,7 @@ class ResponsesReply(JobOutputResponse):
             self.keep((_conversation(output), whole))
             await send_json(send, 200, whole)
             return
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"text/event-stream; charset=utf-8"),
-                                (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]})
+        await start_stream(send, EVENT_STREAM)
         await self._event(send, "response.created", response=shapes.response("in_progress", []))
         await self._event(send, "response.in_progress", response=shapes.response("in_progress", []))
         output: list[dict] = []
