@@ -67,3 +67,12 @@ class LiveServer:
         finally:
             if self.process.poll() is None:
                 self.process.kill()
+
+
+def serving(*args: str):
+    """A module fixture's body: ``tandem serve`` with ``args`` while the module's tests
+    run, then stopped, which must end cleanly and without a traceback."""
+    server = LiveServer(*args)
+    yield server
+    assert server.stop() == 0
+    assert not any("Traceback" in line for line in server.stderr), "".join(server.stderr)

@@ -18,7 +18,7 @@ import jsonschema
 import pytest
 from pydantic import BaseModel
 
-from .live_server import LiveServer
+from .live_server import serving
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "The current weather in a city.",
@@ -37,10 +37,7 @@ class Country(BaseModel):
 
 @pytest.fixture(scope="module")
 def live(demo_models):
-    server = LiveServer("--model-alias", "smol", "--temperature", "0")
-    yield server
-    assert server.stop() == 0
-    assert not any("Traceback" in line for line in server.stderr), "".join(server.stderr)
+    yield from serving("--model-alias", "smol", "--temperature", "0")
 
 
 @pytest.fixture(scope="module")

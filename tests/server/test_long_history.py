@@ -13,17 +13,14 @@ import time
 import httpx
 import pytest
 
-from .live_server import LiveServer
+from .live_server import serving
 
 N = 50_000
 
 
 @pytest.fixture(scope="module")
 def live(demo_models):
-    server = LiveServer("--n-ctx", "1024", "--temperature", "0")
-    yield server
-    assert server.stop() == 0
-    assert not any("Traceback" in line for line in server.stderr), "".join(server.stderr)
+    yield from serving("--n-ctx", "1024", "--temperature", "0")
 
 
 def test_fifty_thousand_messages_are_answered_and_another_client_is_served_meanwhile(live):

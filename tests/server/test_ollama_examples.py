@@ -19,7 +19,7 @@ import urllib.request
 
 import pytest
 
-from .live_server import LiveServer
+from .live_server import serving
 
 # The examples as written in Ollama's API reference (model llama3.2, port 11434).
 GENERATE = '''{
@@ -47,10 +47,7 @@ GENERATE_WHOLE = '''{
 
 @pytest.fixture(scope="module")
 def live(demo_models):
-    server = LiveServer("--model-alias", "llama3.2", "--max-tokens", "8")
-    yield server
-    assert server.stop() == 0
-    assert not any("Traceback" in line for line in server.stderr), "".join(server.stderr)
+    yield from serving("--model-alias", "llama3.2", "--max-tokens", "8")
 
 
 def curl(live, path: str, body: str | None = None) -> str:

@@ -15,7 +15,7 @@ import socket
 import httpx
 import pytest
 
-from .live_server import LiveServer
+from .live_server import serving
 
 OWN_NAME = "tandem-box.lan"  # named with --allowed-host
 CHAT = json.dumps({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}).encode()
@@ -23,10 +23,7 @@ CHAT = json.dumps({"messages": [{"role": "user", "content": "Hi"}], "max_tokens"
 
 @pytest.fixture(scope="module")
 def live(demo_models):
-    server = LiveServer("--allowed-host", OWN_NAME)
-    yield server
-    assert server.stop() == 0
-    assert not any("Traceback" in line for line in server.stderr), "".join(server.stderr)
+    yield from serving("--allowed-host", OWN_NAME)
 
 
 def port_of(live) -> int:
