@@ -181,7 +181,7 @@ class SpeculativeEngine:
             self.drafter.cpu_clock = time.process_time if getattr(self.threads, "reads_draft_cpu", True) else None
 
         started = time.perf_counter()
-        paused = self._prefill(committed, stats, pause)
+        paused = self._prefill(committed, stats, pause, policy)
         stats.prompt_seconds = time.perf_counter() - started - paused
         draft_seconds0 = self.drafter.seconds if self.drafter else 0.0
         started = time.perf_counter()
@@ -363,7 +363,8 @@ class SpeculativeEngine:
         return self._copier.copy(committed, k, sampling, sources, own=own,
                                  stretch_to=min(COPY_MOST, k_room) if stretch else 0)
 
-    def _prefill(self, committed: list[int], stats: Stats, pause: Callable[[], None] | None = None) -> float:
+    def _prefill(self, committed: list[int], stats: Stats, pause: Callable[[], None] | None = None,
+                 policy: DraftPolicy | None = None) -> float:
         """Bring both caches to the prompt minus its last token, reusing any common prefix;
         the seconds spent in ``pause`` (between pieces of a long prompt) come back."""
         reuse = min(common_prefix(self.target.tokens, committed), len(committed) - 1)
@@ -385,7 +386,14 @@ class SpeculativeEngine:
             # the price of one more call.
             t = time.perf_counter()
             self.target.evaluate(rest[-1:], [0])
-            self._plain_steps.add(time.perf_counter() - t)
+            step = time.perf_counter() - t
+            self._plain_steps.add(step)
+            # The auto policy needs it too: one token goes down a cheaper path than a batch
+            # (matrix-vector), so the line through its batches' costs cannot tell what a
+            # plain step costs (F16 Gemma on a CPU: 36 ms extrapolated, 25 measured), and
+            # it drafted at a loss until a plain round happened to measure one.
+            if policy is not None:
+                policy.observe_verify(1, step)
         stats.prompt_eval_tokens = len(rest) + 1
         if self.drafter is not None:
             self.drafter.prepare(committed)

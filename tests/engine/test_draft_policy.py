@@ -136,6 +136,38 @@ def test_one_lucky_measurement_of_a_rare_batch_size_does_not_sway_the_draft_leng
     assert abs(length(policy, 20) - settled) <= 1  # the line moved by 1 ms, not 10
 
 
+def test_one_stalled_measurement_of_a_rare_batch_size_does_not_bend_the_line():
+    """A batch size seen once, while another program took the CPU (eight times its
+    cost): a least-squares line followed it so far that auto drafted one token for
+    hundreds of rounds (tests/engine/policy_trace.json's first stall)."""
+    policy = AutoDraftLength()
+    for _ in range(3):
+        for batch in (2, 3, 5, 9):
+            policy.observe_verify(batch, 0.020 + 0.002 * batch)
+    policy.observe_verify(13, 8 * (0.020 + 0.002 * 13))  # once, stalled
+    line = policy.costs.verify_line()
+    assert line(2) == pytest.approx(0.024, abs=0.001)
+    assert line(9) == pytest.approx(0.038, abs=0.001)
+    assert line(13) < 0.050  # 0.046 on the line; 0.264 measured
+
+
+def test_the_prompts_own_plain_step_tells_auto_what_a_plain_step_costs():
+    """The engine evaluates the prompt's last token alone (a plain step) and hands its
+    cost to the policy: extrapolated from batches, a single token's cost is wrong
+    wherever one token runs a cheaper kernel than a batch."""
+    rng = np.random.default_rng(3)
+    logits = rng.normal(0, 2, (12, 12))
+    policy = AutoDraftLength()
+    engine = SpeculativeEngine(MarkovBackend(logits), ModelDrafter(MarkovBackend(logits), 12))
+    seen: list[int] = []
+    observe_verify = policy.observe_verify
+    policy.observe_verify = lambda batch, seconds: (seen.append(batch), observe_verify(batch, seconds))
+    list(engine.generate([1, 2, 3, 4], SamplingConfig(temperature=0.0), AUTO, max_tokens=12, policy=policy))
+    assert seen[0] == 1 and 1 in policy.costs._verify  # before the first round's batch
+    assert all(batch > 1 for batch in seen[1:])  # every round drafted: no other plain step
+    assert policy.costs.verify_line()(1) == policy.costs._verify[1].value
+
+
 def test_fixed_draft_max_is_respected_and_capped_by_room():
     policy = draft_policy(SpecConfig(draft_max=6))
     assert isinstance(policy, FixedDraftLength)
