@@ -163,7 +163,7 @@ def test_each_setting_keeps_its_own_policy():
     """measure hands every setting its own policy (auto's measurements from one setting
     must not steer another), the same one on every prompt and run."""
     from app.bench.speedup import measure
-    from app.engine.draft_policy import AutoDraftLength, FixedDraftLength
+    from app.engine.speculation.draft_policy import AutoDraftLength, FixedDraftLength
     from app.engine.types import SpecConfig
 
     sys.path.insert(0, str(ROOT / "tests" / "engine"))

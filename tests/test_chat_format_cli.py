@@ -17,8 +17,8 @@ from chat_format_models import write_gemma3  # noqa: E402
 from server.live_server import LiveServer  # noqa: E402
 
 from app.backends.llama_cpp_backend import LlamaVocab  # noqa: E402
-from app.engine import chat_formats  # noqa: E402
-from app.engine.chat import build_messages, chat_prompt  # noqa: E402
+from app.engine.prompting import chat_formats  # noqa: E402
+from app.engine.prompting.chat import build_messages, chat_prompt  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTICE = "no chat template in the file; using llama.cpp's 'gemma' format"

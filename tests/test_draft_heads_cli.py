@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from app.engine.draft_heads import MEDUSA
-from app.engine.gguf_header import validate_gguf
+from app.engine.gguf.draft_heads import MEDUSA
+from app.engine.gguf.header import validate_gguf
 from app.library.entries import read_entry
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,7 +1,7 @@
 """Model paths that name no model, through the real CLI: one clean line each, no traceback.
 
 A symlink loop once ended ``tandem generate`` in "RuntimeError: Symlink loop ..."; the
-path is now resolved once per load (``app.engine.model_file``), and every way it can
+path is now resolved once per load (``app.engine.gguf.model_file``), and every way it can
 fail to name a readable regular file is a ``ModelFileError``. Each case runs as
 ``tandem generate`` and ``tandem check-pair`` in a child process.
 """

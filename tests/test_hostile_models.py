@@ -94,7 +94,7 @@ def test_check_pair_never_calls_it_compatible(home, honest, tmp_path, name):
 def test_trial_only_cases_pass_the_validator(tmp_path):
     """They really are left to the child: no rule catches them, so the test above shows
     the child-process check at work."""
-    from app.engine.gguf_header import validate_gguf
+    from app.engine.gguf.header import validate_gguf
 
     for name in TRIAL_ONLY:
         validate_gguf(write_model(tmp_path / f"{name}.gguf", CASES[name][0]))

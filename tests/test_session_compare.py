@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from app.backends.loader import LoadedPair
-from app.engine.drafters import ModelDrafter
-from app.engine.speculative import SpeculativeEngine
+from app.engine.speculation.drafters import ModelDrafter
+from app.engine.speculation.speculative import SpeculativeEngine
 from app.engine.types import SamplingConfig, SpecConfig, Stats, TokenEvent, TokenKind
 from app.session.chat import ChatSession, LoadInfo
 from app.session.compare import (

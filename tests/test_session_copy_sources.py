@@ -4,8 +4,8 @@ Regenerate; the reply is the same, and copied from the old one."""
 from __future__ import annotations
 
 from app.backends.loader import LoadedPair
-from app.engine.drafters import ModelDrafter
-from app.engine.speculative import SpeculativeEngine
+from app.engine.speculation.drafters import ModelDrafter
+from app.engine.speculation.speculative import SpeculativeEngine
 from app.engine.types import COPY_MIN, SamplingConfig, SpecConfig
 from app.session.chat import ChatSession, LoadInfo
 

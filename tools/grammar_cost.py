@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from app.backends.grammar import GrammarConstraint, json_schema_grammar  # noqa: E402
 from app.backends.llama_cpp_backend import LlamaBackend  # noqa: E402
 from app.backends.tool_grammar import tool_constraint  # noqa: E402
-from app.engine.tool_calls import HERMES  # noqa: E402
-from app.engine.tool_prompt import ToolPlan, ToolRequest  # noqa: E402
-from app.engine.constraints import allowed_mask, constrained_argmax, constrained_dist  # noqa: E402
+from app.engine.prompting.tool_calls import HERMES  # noqa: E402
+from app.engine.prompting.tool_prompt import ToolPlan, ToolRequest  # noqa: E402
+from app.engine.speculation.constraints import allowed_mask, constrained_argmax, constrained_dist  # noqa: E402
 from app.engine.types import SamplingConfig  # noqa: E402
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},

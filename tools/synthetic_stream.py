@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Iterator, Sequence
 
-from app.engine.speculative import Generation
+from app.engine.speculation.speculative import Generation
 from app.engine.types import DrafterKind, SamplingConfig, SpecConfig, Stats, StopReason, TokenEvent, TokenKind
 from app.session.chat import ChatPrompt, LoadInfo
 

@@ -24,8 +24,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 from app.bench.speedup import DEFAULT_PROMPTS, read_prompts  # noqa: E402
 from app.cli.main import build_parser  # noqa: E402
-from app.engine import thread_policy  # noqa: E402
-from app.engine.chat import build_messages, chat_tokens  # noqa: E402
+from app.engine.speculation import thread_policy  # noqa: E402
+from app.engine.prompting.chat import build_messages, chat_tokens  # noqa: E402
 from app.engine.types import SamplingConfig, SpecConfig  # noqa: E402
 from app.terminal.shared import TerminalProgress, load  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""Make a draft from a target: the plan (``engine/self_draft.py``), written in a child
+"""Make a draft from a target: the plan (``engine/speculation/self_draft.py``), written in a child
 process with a progress bar and a cancel, then checked and remembered.
 
 1. **Before**: the disk space the plan needs is said (``DraftPlan.bytes_needed``) and a
@@ -31,8 +31,8 @@ from typing import Callable, Protocol
 from app.backends.build_check import ROOT, json_record
 from app.backends.model_check import _read_lines, check_model, last_words
 from app.engine.errors import ModelFileError
-from app.engine.gguf_header import shown_name, shown_path
-from app.engine.self_draft import KEEP_TYPE, DraftPlan, SelfDraftError
+from app.engine.gguf.header import shown_name, shown_path
+from app.engine.speculation.self_draft import KEEP_TYPE, DraftPlan, SelfDraftError
 from app.storage import made_drafts, paths
 
 CHILD_FLAG = "--make-draft"  # handled first thing by app.__main__

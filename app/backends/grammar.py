@@ -1,4 +1,4 @@
-"""llama.cpp's grammar as an engine ``Constraint`` (app/engine/constraints.py), and JSON
+"""llama.cpp's grammar as an engine ``Constraint`` (app/engine/speculation/constraints.py), and JSON
 schemas turned into that grammar (GBNF) by llama-cpp-python's converter.
 
 llama.cpp comes through ``llama_cpp_backend``'s binding (the one module that loads it).
@@ -22,7 +22,7 @@ import re
 import numpy as np
 
 from app.backends.llama_cpp_backend import _last_error, _recent_errors, ll
-from app.engine.constraints import ConstraintError
+from app.engine.speculation.constraints import ConstraintError
 from app.engine.errors import EngineError
 
 MAX_SCHEMA_CHARS = 64 * 1024   # the schema as compact JSON

@@ -5,7 +5,7 @@ requested only at the positions the engine asks for (never ``logits_all``), and
 rollback is ``llama_memory_seq_rm``. A token tree (``evaluate_tree``) is the one
 time the context holds several sequences, one per leaf, for the length of a round.
 
-A recurrent or hybrid model (``memory``: app/engine/memory_kinds.py) cannot cut its
+A recurrent or hybrid model (``memory``: app/engine/gguf/memory_kinds.py) cannot cut its
 state short, except over the last batch's few tokens llama.cpp keeps snapshots of
 (``n_rs_seq``, on some architectures). Everywhere else ``trim`` restores a saved
 state (``state_checkpoints.py``) and decodes the kept tokens again, or decodes from
@@ -30,9 +30,9 @@ import numpy as np
 from app.backends import rpc
 from app.backends.state_checkpoints import KEEP_EVERY, Checkpoint, Checkpoints
 from app.engine.errors import ChatTemplateError, ContextOverflowError, EngineError, ModelFileError
-from app.engine.model_file import ModelFile, open_model_file
-from app.engine.gguf_header import shown_name, validate_gguf
-from app.engine.memory_kinds import ATTENTION, HYBRID, RECURRENT, RS_SNAPSHOTS_DEFAULT, memory_note
+from app.engine.gguf.model_file import ModelFile, open_model_file
+from app.engine.gguf.header import shown_name, validate_gguf
+from app.engine.gguf.memory_kinds import ATTENTION, HYBRID, RECURRENT, RS_SNAPSHOTS_DEFAULT, memory_note
 from app.logs import FILE_ONLY
 
 log = logging.getLogger("tandem.llama")
@@ -209,7 +209,7 @@ class LlamaBackend:
         self.n_ctx = ll.llama_n_ctx(self._ctx)
         self.n_ctx_train = ll.llama_model_n_ctx_train(self._model)  # the context it was trained on
         self.threads = threads
-        # 0 asked for the adaptive choice (app/engine/thread_policy.py), from at most this many.
+        # 0 asked for the adaptive choice (app/engine/speculation/thread_policy.py), from at most this many.
         self.adaptive_threads = n_threads == 0
         self.n_batch = cparams.n_batch
         self._memory = ll.llama_get_memory(self._ctx)
@@ -606,7 +606,7 @@ class LlamaBackend:
 
 class LlamaVocab:
     """A model file's tokenizer alone (llama.cpp's ``vocab_only`` load, no weights read):
-    enough to judge its chat format (``app.engine.chat_formats``) without loading it."""
+    enough to judge its chat format (``app.engine.prompting.chat_formats``) without loading it."""
 
     def __init__(self, path: str | Path | ModelFile) -> None:
         path = Path(path)

@@ -14,13 +14,13 @@ from typing import Callable
 from app.backends import rpc
 from app.backends.llama_cpp_backend import LlamaBackend
 from app.backends.model_check import require_model_runs
-from app.engine.drafters import Drafter, LookupDrafter, ModelDrafter
+from app.engine.speculation.drafters import Drafter, LookupDrafter, ModelDrafter
 from app.engine.errors import EngineError
-from app.engine.lookahead import LookaheadDrafter
-from app.engine.gguf_meta import Compatibility, pair_verdict
-from app.engine.model_file import ModelFile, open_model_file
-from app.engine.speculative import SpeculativeEngine
-from app.engine.text_bridge import BridgeMode, TextBridge
+from app.engine.speculation.lookahead import LookaheadDrafter
+from app.engine.gguf.meta import Compatibility, pair_verdict
+from app.engine.gguf.model_file import ModelFile, open_model_file
+from app.engine.speculation.speculative import SpeculativeEngine
+from app.engine.speculation.text_bridge import BridgeMode, TextBridge
 from app.engine.types import SPECULATION_OFF, DrafterKind
 
 # (what is loading, fraction done) -> False to cancel

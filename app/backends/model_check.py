@@ -1,6 +1,6 @@
 """Will llama.cpp survive this model file? Load it in a child process first, once per file.
 
-The validator (``app.engine.gguf_header`` with ``gguf_rules``) refuses every lie in a
+The validator (``app.engine.gguf.header`` with ``app.engine.gguf.rules``) refuses every lie in a
 GGUF file that llama.cpp is known to abort on; this is the net under it for the
 ones nobody foresaw. Before a model file is loaded for the first time,
 ``require_model_runs`` runs ``app.backends.model_trial`` on it in a child
@@ -9,7 +9,7 @@ becomes a one-line ``ModelFileError`` naming the file and what llama.cpp said la
 
 A pass is remembered under the file's resolved path, size and modification time (and
 the llama.cpp build's fingerprint: another build may abort where this one did not),
-taken from the ``ModelFile`` the load opened (``app.engine.model_file``), so a later
+taken from the ``ModelFile`` the load opened (``app.engine.gguf.model_file``), so a later
 load starts no child and reads nothing more. A failure is never remembered: the next
 load tries again, in case the file was replaced.
 
@@ -33,8 +33,8 @@ from typing import Callable
 
 from app.backends.build_check import ROOT, _signal_name, check_llama_build, fingerprint, json_record, library_files
 from app.engine.errors import ModelFileError
-from app.engine.gguf_header import shown_name, shown_path
-from app.engine.model_file import ModelFile, open_model_file
+from app.engine.gguf.header import shown_name, shown_path
+from app.engine.gguf.model_file import ModelFile, open_model_file
 
 CHECK_FLAG = "--check-model"  # handled first thing by app.__main__
 CACHE_NAME = "model-checks.json"

@@ -1,6 +1,6 @@
 """Tool calls that parse: the grammar of a reply's calls in the model's own format, with
 each call's arguments following its function's ``parameters`` schema, as an engine
-``Constraint`` (``app/engine/constraints.py``) -- the same grammar machinery as
+``Constraint`` (``app/engine/speculation/constraints.py``) -- the same grammar machinery as
 ``response_format``, so speculation stays lossless under it.
 
 Two ways to apply it, as llama-server does:
@@ -26,8 +26,8 @@ import numpy as np
 
 from app.backends.grammar import GrammarConstraint, GrammarError, MAX_GRAMMAR_CHARS, gbnf_literal, json_schema_grammar
 from app.backends.llama_cpp_backend import ll
-from app.engine.constraints import ConstraintError
-from app.engine.tool_calls import ToolFormat
+from app.engine.speculation.constraints import ConstraintError
+from app.engine.prompting.tool_calls import ToolFormat
 
 WS = "tc-ws"
 _WS_RULE = f'{WS} ::= [ \\t\\n]{{0,4}}'   # bounded: a small model must not write blank lines forever
@@ -92,7 +92,7 @@ def _function(tool) -> dict:
 
 
 def tool_constraint(backend, plan, request):
-    """The constraint for a reply read by ``plan`` (``engine.tool_prompt.ToolPlan``) for
+    """The constraint for a reply read by ``plan`` (``engine.prompting.tool_prompt.ToolPlan``) for
     ``request``'s tools (``ToolRequest``): forced or lazy, as the plan says."""
     grammar = tool_calls_grammar(plan.format, request.tools, name=plan.name, parallel=plan.max_calls is None)
     vocab = Vocabulary.of(backend)

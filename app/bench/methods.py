@@ -9,10 +9,10 @@
 - ``tree``: the draft model with token trees on wherever it is unsure (``SpecConfig.tree``);
   ``chain`` turns them off, ``auto`` leaves ``--tree`` as given (auto: the app's policy).
 - ``lookahead``: no draft model: the target's own n-gram pool (a Jacobi window in its
-  batches, ``engine/lookahead.py``) and copies; where the wider batch does not pay, its
+  batches, ``engine/speculation/lookahead.py``) and copies; where the wider batch does not pay, its
   policy stops carrying the window and the run says so.
 - ``text``: the draft given (``--draft``), of another vocabulary than the target's,
-  drafting through text (``engine/text_bridge.py``) in every round its draft length
+  drafting through text (``engine/speculation/text_bridge.py``) in every round its draft length
   allows: the bridge's own acceptance and speed. ``auto`` with such a draft lets the
   bridge's policy turn it off where it does not pay (the run says so).
 
@@ -67,7 +67,7 @@ def prepare(args: argparse.Namespace, progress: Callable) -> str:
 
 def add_arguments(bench: argparse.ArgumentParser) -> None:
     from app.terminal.arg_types import whole
-    from app.engine.self_draft import DEFAULT_VARIANT, SMALL_TARGET_VARIANT
+    from app.engine.speculation.self_draft import DEFAULT_VARIANT, SMALL_TARGET_VARIANT
 
     bench.add_argument("--method", choices=names(), default="auto",
                        help="how to speculate: " + "; ".join(f"{m.name}: {m.about}" for m in _METHODS.values())
@@ -93,7 +93,7 @@ def _tree(args: argparse.Namespace, progress: Callable) -> str:
 
 
 def _lookahead(args: argparse.Namespace, progress: Callable) -> str:
-    from app.engine.lookahead import NGRAM, WINDOW
+    from app.engine.speculation.lookahead import NGRAM, WINDOW
 
     args.drafter, args.draft = "lookahead", None
     return (f"lookahead: the target alone, its Jacobi window ({WINDOW} columns, {NGRAM}-grams) "
@@ -101,7 +101,7 @@ def _lookahead(args: argparse.Namespace, progress: Callable) -> str:
 
 
 def _text(args: argparse.Namespace, progress: Callable) -> str:
-    from app.engine.gguf_header import shown_name
+    from app.engine.gguf.header import shown_name
 
     if not args.draft:
         raise MethodUnavailable("--method text needs --draft: a draft model whose vocabulary is not the target's")
@@ -118,13 +118,13 @@ def _target(args: argparse.Namespace):
 
 
 def _self(args: argparse.Namespace, progress: Callable) -> str:
-    from app.engine.gguf_header import shown_name
+    from app.engine.gguf.header import shown_name
 
     args.drafter = "model"
     if args.draft:
         return f"self: the draft given, {shown_name(args.draft)}"
     from app.backends.draft_maker import make_draft
-    from app.engine.self_draft import plan_draft
+    from app.engine.speculation.self_draft import plan_draft
     from app.storage.made_drafts import find_made
 
     target = _target(args)
@@ -140,7 +140,7 @@ def _self(args: argparse.Namespace, progress: Callable) -> str:
 
 
 def _auto(args: argparse.Namespace, progress: Callable) -> str:
-    from app.engine.gguf_header import shown_name
+    from app.engine.gguf.header import shown_name
     from app.storage.made_drafts import made_for
 
     if args.draft or not args.target:

@@ -45,7 +45,7 @@ from app.terminal.arg_types import real, regular_file, whole
 from app.storage.settings import Settings
 from app.errors import TandemError
 from app.terminal.prompt_files import read_jsonl, text_field
-from app.engine.draft_policy import draft_policy
+from app.engine.speculation.draft_policy import draft_policy
 from app.engine.types import COPY_MIN, SamplingConfig, SpecConfig, Stats
 
 DEFAULT_REPEAT = 3  # runs per prompt and setting when --repeat is not given
@@ -205,7 +205,7 @@ def measure(engine, target, prompts: list[BenchPrompt], settings: dict[str, Spec
     regeneration, with it as a copy source (plain decoding copies nothing, so it is the
     same run either way). ``sampling``: how every run decodes (greedy by default; the CLI
     defaults to the app's settings)."""
-    from app.engine.chat import build_messages, chat_tokens
+    from app.engine.prompting.chat import build_messages, chat_tokens
 
     modes: list[str] = ["plain", *settings]
     specs = {"plain": SpecConfig(enabled=False), **settings}
@@ -284,7 +284,7 @@ def _lookahead_verdict(drafter) -> dict | None:
 
 def _bridge_verdict(drafter) -> dict | None:
     """What drafting through text cost and concluded over the run (None: another drafter)."""
-    from app.engine.text_bridge import TextBridge
+    from app.engine.speculation.text_bridge import TextBridge
 
     if not isinstance(drafter, TextBridge):
         return None

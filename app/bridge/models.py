@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
-from app.engine.speculative import Generation
+from app.engine.speculation.speculative import Generation
 from app.engine.types import SamplingConfig, SpecConfig
 from app.session.chat import ChatPrompt, ChatSession, LoadInfo
 from app.session.config import ModelSpec

@@ -24,7 +24,7 @@ from typing import Sequence
 from PySide6.QtCore import QCoreApplication, QElapsedTimer, QObject, QThread, QTimer, Signal, Slot
 
 from app.bridge.models import LoadCancelled, LoadedModels, LoadInfo, Loader, ModelSpec, load_llama_models
-from app.engine.chat import RenderStopped, stop_renders_on
+from app.engine.prompting.chat import RenderStopped, stop_renders_on
 from app.engine.types import SamplingConfig, SpecConfig, Stats, StopReason, TokenEvent
 from app.errors import TandemError, one_line  # noqa: F401 — one_line: async_glue's too
 from app.storage import load_marker

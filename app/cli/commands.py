@@ -75,8 +75,8 @@ def cmd_check_pair(args: argparse.Namespace) -> int:
     trial load in a child process (remembered per file); a file llama.cpp dies on is a
     one-line error."""
     from app.backends.loader import check_pair
-    from app.engine.gguf_header import shown_name
-    from app.engine.model_file import open_model_file
+    from app.engine.gguf.header import shown_name
+    from app.engine.gguf.model_file import open_model_file
 
     target, draft = open_model_file(args.target_path), open_model_file(args.draft_path)  # each read once
     result = check_pair(target, draft)
@@ -98,8 +98,8 @@ def cmd_check_pair(args: argparse.Namespace) -> int:
 
 def memory_lines(target, draft) -> dict[str, dict[str, str]]:
     """Each file's (a ModelFile) memory kind, and what it means for speculation
-    (app/engine/memory_kinds.py)."""
-    from app.engine.memory_kinds import file_memory_note, memory_kind
+    (app/engine/gguf/memory_kinds.py)."""
+    from app.engine.gguf.memory_kinds import file_memory_note, memory_kind
 
     out = {}
     for role, model in (("target", target), ("draft", draft)):
@@ -112,9 +112,9 @@ def memory_lines(target, draft) -> dict[str, dict[str, str]]:
 def heads_not_used(*files) -> list[str]:
     """One line per file (a ModelFile or a path) that carries heads trained to draft
     (MTP, EAGLE-3, Medusa)."""
-    from app.engine.draft_heads import not_used_line
-    from app.engine.gguf_header import shown_name
-    from app.engine.model_file import open_model_file
+    from app.engine.gguf.draft_heads import not_used_line
+    from app.engine.gguf.header import shown_name
+    from app.engine.gguf.model_file import open_model_file
 
     return [f"{shown_name(model.path)}: {not_used_line(heads)}" for model in map(open_model_file, files)
             if (heads := model.metadata.draft_heads)]

@@ -14,7 +14,7 @@ from app.terminal.arg_types import whole
 
 
 def add_parser(commands) -> None:
-    from app.engine.self_draft import DEFAULT_VARIANT, KEEP_TYPE, SMALL_TARGET_VARIANT, VARIANTS
+    from app.engine.speculation.self_draft import DEFAULT_VARIANT, KEEP_TYPE, SMALL_TARGET_VARIANT, VARIANTS
 
     make = commands.add_parser(
         "make-draft", help="write a draft from a target model (quantised and/or its first layers)",
@@ -33,8 +33,8 @@ def add_parser(commands) -> None:
 
 def cmd_make_draft(args: argparse.Namespace) -> int:
     from app.backends.draft_maker import DraftCancelled, make_draft, megabytes, space_line
-    from app.engine.gguf_header import shown_name
-    from app.engine.self_draft import plan_draft
+    from app.engine.gguf.header import shown_name
+    from app.engine.speculation.self_draft import plan_draft
     from app.storage.made_drafts import find_made
     from app.terminal.shared import TerminalProgress
 

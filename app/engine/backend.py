@@ -63,7 +63,7 @@ class RollbackBackend(ModelBackend, Protocol):
 
 class TreeBackend(ModelBackend, Protocol):
     """A backend that verifies a token tree in one batch (optional: the engine makes
-    tree rounds only on backends that have this; app/engine/token_tree.py)."""
+    tree rounds only on backends that have this; app/engine/speculation/token_tree.py)."""
 
     tree_branches: int  # the most leaves a tree may have (llama.cpp: sequences in the context)
 
@@ -81,7 +81,7 @@ class TreeBackend(ModelBackend, Protocol):
 
 class ThreadedBackend(ModelBackend, Protocol):
     """A backend on CPU threads whose count can change between steps (optional: the
-    engine adapts threads only on backends that have this; app/engine/thread_policy.py)."""
+    engine adapts threads only on backends that have this; app/engine/speculation/thread_policy.py)."""
 
     threads: int              # the count the next step runs with
     adaptive_threads: bool    # the user left the count to the engine (threads setting 0)

@@ -48,7 +48,7 @@ class SpecConfig:
     # followed them there instead of running the draft model (0: never). Copying costs
     # no draft steps; the draft model catches up on the accepted copy in one batch.
     copy_min: int = 0
-    # Token trees (app/engine/token_tree.py): "auto" lets the auto policy branch where
+    # Token trees (app/engine/speculation/token_tree.py): "auto" lets the auto policy branch where
     # its measurements say a tree pays (a fixed length stays a line), "on" branches
     # wherever the draft is unsure and verifies every differing copy, "off" never.
     tree: Literal["auto", "on", "off"] = "auto"
@@ -57,7 +57,7 @@ class SpecConfig:
 @dataclass(frozen=True)
 class TokenLogprobs:
     """One emitted token's log-probability and the most likely tokens at its position
-    (app/engine/target_rows.py says from which distribution)."""
+    (app/engine/speculation/target_rows.py says from which distribution)."""
 
     logprob: float
     top: tuple[tuple[int, float], ...] = ()  # (token id, logprob), most likely first
@@ -96,7 +96,7 @@ class Stats:
     lookahead_rounds: int = 0  # rounds whose batch carried lookahead's Jacobi window
     lookahead_note: str = ""   # why lookahead stopped carrying it, when it did
     # The target's memory, where it changes how speculation runs (a recurrent state:
-    # chains only, rollback by checkpoints; app/engine/memory_kinds.py); "" for attention.
+    # chains only, rollback by checkpoints; app/engine/gguf/memory_kinds.py); "" for attention.
     memory_note: str = ""
     bridged: int = 0           # of the drafted tokens, drafted through text (text_bridge.py)
     bridged_accepted: int = 0

@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Callable
 
-from app.engine.chat import RenderStopped
+from app.engine.prompting.chat import RenderStopped
 from app.engine.types import Stats, StopReason
 from app.errors import TandemError, one_line
 from app.session import protocol as p

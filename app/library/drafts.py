@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.engine.errors import ModelFileError
-from app.engine.gguf_meta import ModelMetadata, check_compatibility
-from app.engine.memory_kinds import ATTENTION, file_memory_note, memory_kind
-from app.engine.model_file import open_model_file
+from app.engine.gguf.meta import ModelMetadata, check_compatibility
+from app.engine.gguf.memory_kinds import ATTENTION, file_memory_note, memory_kind
+from app.engine.gguf.model_file import open_model_file
 from app.library.entries import LibraryEntry, Vocabulary
 from app.storage.made_drafts import MadeDraft, made_for
 

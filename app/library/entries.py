@@ -1,7 +1,7 @@
 """One library entry: what a GGUF file is, read from its header alone.
 
 The file goes through the same validator as a model about to load
-(``app.engine.model_file.open_model_file``, with the load-time rules of ``gguf_rules``):
+(``app.engine.gguf.model_file.open_model_file``, with the load-time rules of ``app.engine.gguf.rules``):
 a file it refuses is listed as refused with its one-line reason, never raised out of
 a scan. A model split in parts (``name-00001-of-00003.gguf``, llama.cpp's naming) is
 one entry, read from its first part, every part validated and counted.
@@ -16,11 +16,11 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from app.engine.draft_heads import not_used_line
+from app.engine.gguf.draft_heads import not_used_line
 from app.engine.errors import ModelFileError
-from app.engine.gguf_header import shown_name, validate_gguf
-from app.engine.gguf_meta import ModelMetadata
-from app.engine.model_file import open_model_file
+from app.engine.gguf.header import shown_name, validate_gguf
+from app.engine.gguf.meta import ModelMetadata
+from app.engine.gguf.model_file import open_model_file
 
 SPLIT_PART = re.compile(r"^(?P<stem>.*)-(?P<part>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
 _QUANT_IN_NAME = re.compile(r"(?<![A-Za-z0-9])(I?Q[0-9]_[A-Z0-9_]+|I?Q[0-9]+_?[KS]?|F16|BF16|F32)(?![A-Za-z0-9])",

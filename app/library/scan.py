@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
-from app.engine.gguf_header import shown_name
+from app.engine.gguf.header import shown_name
 from app.library.cache import load_cache, save_cache
 from app.library.entries import LibraryEntry, read_entry, signature_of, split_parts
 from app.library.locations import FOLDER, MADE, TANDEM, Found, Location, default_locations, find, unique_existing

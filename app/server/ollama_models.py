@@ -94,7 +94,7 @@ class ModelCard:
 
 def _chat_template(path: str) -> str:
     """The model's own chat template (Jinja, not Ollama's Go templates), for display."""
-    from app.engine.model_file import open_model_file
+    from app.engine.gguf.model_file import open_model_file
 
     try:
         return open_model_file(path).metadata.chat_template or ""  # the load's own read, unless the file changed

@@ -15,9 +15,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from app.engine.target_rows import MAX_TOP_LOGPROBS
+from app.engine.speculation.target_rows import MAX_TOP_LOGPROBS
 from app.engine.types import SamplingConfig, SpecConfig
-from app.engine.tool_prompt import ToolRequest
+from app.engine.prompting.tool_prompt import ToolRequest
 from app.server.errors import ApiError
 from app.server.tools import ToolCallIn, ToolChoice, ToolDef, history_entry, tool_request
 from app.server.structured import response_grammar

@@ -1,10 +1,10 @@
 """OpenAI's tool calls on ``/v1/chat/completions``: the request fields (``tools``,
 ``tool_choice``, ``parallel_tool_calls``, an assistant's ``tool_calls``, ``tool``
-messages), checked into an ``engine.tool_prompt.ToolRequest``, and the reply's calls
+messages), checked into an ``engine.prompting.tool_prompt.ToolRequest``, and the reply's calls
 read from the model's text (``ToolReader``) in OpenAI's shapes.
 
 How a template is given the tools and which family's call format is read:
-``app/engine/tool_prompt.py`` and ``app/engine/tool_calls.py``.
+``app/engine/prompting/tool_prompt.py`` and ``app/engine/prompting/tool_calls.py``.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from app.engine.tool_calls import CallSplitter, ToolCall
-from app.engine.tool_prompt import ToolPlan, ToolRequest
+from app.engine.prompting.tool_calls import CallSplitter, ToolCall
+from app.engine.prompting.tool_prompt import ToolPlan, ToolRequest
 from app.server.errors import ApiError
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ def _schemas_convert(tools: tuple[dict, ...]) -> bool:
     # shapes but never llama.cpp (requests are served in the engine process).
     from app.backends.grammar import GrammarError
     from app.backends.tool_grammar import tool_calls_grammar
-    from app.engine.tool_calls import HERMES
+    from app.engine.prompting.tool_calls import HERMES
 
     try:
         tool_calls_grammar(HERMES, list(tools))
@@ -172,7 +172,7 @@ def call_id() -> str:
 
 
 class ToolReader:
-    """The reply's text in, content text and ``CallItem``s out (``engine.tool_calls``).
+    """The reply's text in, content text and ``CallItem``s out (``engine.prompting.tool_calls``).
 
     Control tokens the format names (``[TOOL_CALLS]``, ``<|python_tag|>``) write no text
     of their own in a reply; ``text_of`` gives them theirs, so the splitter sees them."""

@@ -27,7 +27,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-from app.engine.chat import RenderStopped
+from app.engine.prompting.chat import RenderStopped
 from app.engine.errors import ContextOverflowError
 from app.engine.types import Stats, StopReason
 from app.errors import TandemError

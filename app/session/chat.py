@@ -6,10 +6,10 @@ import threading
 from dataclasses import dataclass, replace
 from typing import Iterable, NamedTuple, Sequence
 
-from app.engine import chat_formats
-from app.engine.chat import conversation_prompt, stop_renders_on, template_error
-from app.engine.copy_sources import CopySources
-from app.engine.speculative import Generation
+from app.engine.prompting import chat_formats
+from app.engine.prompting.chat import conversation_prompt, stop_renders_on, template_error
+from app.engine.speculation.copy_sources import CopySources
+from app.engine.speculation.speculative import Generation
 from app.engine.types import COPY_MIN, DrafterKind, SamplingConfig, SpecConfig
 
 # Tokens of earlier text a session keeps to copy from (~100 bytes of index each).
@@ -46,7 +46,7 @@ class ChatPrompt(NamedTuple):
     tokens: list[int]
     left_out: int = 0  # earliest messages left out so the conversation fits the context
     notice: str = ""   # one line when the model's chat template failed and ChatML stood in
-    tools: object = None  # engine.tool_prompt.ToolPlan: how the reply is read for tool calls
+    tools: object = None  # engine.prompting.tool_prompt.ToolPlan: how the reply is read for tool calls
 
 
 class ChatSession:
@@ -85,7 +85,7 @@ class ChatSession:
 
         The model's chat template runs here, bounded; setting ``cancel`` ends a render
         (``RenderStopped``), so Stop and quit work while a hostile template renders.
-        ``tools``: an ``engine.tool_prompt.ToolRequest`` (the API's tool calls)."""
+        ``tools``: an ``engine.prompting.tool_prompt.ToolRequest`` (the API's tool calls)."""
         with stop_renders_on(cancel):
             return ChatPrompt(*conversation_prompt(self.target, history, system_prompt, max_tokens, tools))
 
@@ -118,7 +118,7 @@ class ChatSession:
         ``replaced`` gave, the replaced replies first (added last, they win equal matches).
         ``grammar``: GBNF the reply must match (``app.backends.grammar`` makes it from a
         JSON schema; a bad one raises GrammarError). ``tool_request``: the request's tools
-        (``engine.tool_prompt.ToolRequest``), when the prompt's ``tools`` plan reads the reply
+        (``engine.prompting.tool_prompt.ToolRequest``), when the prompt's ``tools`` plan reads the reply
         for calls: its calls are constrained to the functions' schemas (``tool_grammar``),
         the whole reply when a call is forced, else from where the model opens one (a
         ``grammar`` given too wins then). ``logprobs``: each token event carries its

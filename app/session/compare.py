@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass
 from typing import Sequence
 
-from app.engine.detokenize import visible
+from app.engine.speculation.detokenize import visible
 from app.engine.types import SamplingConfig, SpecConfig, Stats, TokenEvent
 from app.vocabulary import MessageState
 

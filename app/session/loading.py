@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from app.engine.gguf_header import shown_name
+from app.engine.gguf.header import shown_name
 from app.engine.types import DrafterKind
 from app.session.chat import ChatSession, LoadInfo
 from app.session.config import ModelSpec

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from app.engine.chat import build_messages, chat_tokens
+from app.engine.prompting.chat import build_messages, chat_tokens
 from app.engine.types import SamplingConfig, SpecConfig
 
 PROMPT = "Explain in a few sentences why the sky is blue."

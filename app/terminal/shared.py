@@ -204,7 +204,7 @@ def say_chat_format(info, spec) -> None:
 
 
 def prompt_tokens(target, text: str, *, raw: bool, system: str = "") -> list[int]:
-    from app.engine.chat import build_messages, chat_tokens
+    from app.engine.prompting.chat import build_messages, chat_tokens
 
     if raw:
         return target.tokenize(text, add_special=True, parse_special=True)
@@ -218,7 +218,7 @@ def summary_line(stats) -> str:
     elif stats.note:
         line += f", plain: {stats.note}"
     if stats.left_out:
-        from app.engine.chat import left_out_text
+        from app.engine.prompting.chat import left_out_text
 
         line += f", {left_out_text(stats.left_out)}"
     return line + "]"

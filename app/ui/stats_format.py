@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.engine.chat import left_out_text
+from app.engine.prompting.chat import left_out_text
 from app.engine.types import SPECULATION_OFF, Stats, StopReason
 
 STOP_REASONS = {

@@ -12,7 +12,7 @@ import html
 
 from PySide6.QtGui import QColor, QPalette, QTextCharFormat, QTextFormat
 
-from app.engine.detokenize import visible
+from app.engine.speculation.detokenize import visible
 from app.engine.types import TokenEvent, TokenKind
 from app.ui.resources import token_palette
 

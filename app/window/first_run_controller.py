@@ -16,7 +16,7 @@ from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QBoxLayout, QWidget
 
 from app.bridge.worker import EngineClient
-from app.engine.gguf_header import shown_name
+from app.engine.gguf.header import shown_name
 from app.models.demo import DOWNLOAD_BYTES, needs_first_run  # noqa: F401 — the window asks it here
 from app.storage.settings import Settings
 from app.ui.first_run import FirstRunScreen, megabytes

@@ -20,7 +20,7 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QMenu, QWidget
 
 from app.bridge.worker import EngineClient
-from app.engine.gguf_header import shown_name
+from app.engine.gguf.header import shown_name
 from app.library.drafts import find_drafts
 from app.library.entries import read_entry
 from app.library.locations import FOLDER

@@ -12,8 +12,8 @@ import pytest
 from app.backends import build_check, build_variants
 from app.backends.build_check import ProbeOutcome, check_llama_build, run_probe_child
 from app.backends.probe import N_VOCAB, SIMULATE_ENV, write_probe_model
-from app.engine.gguf_header import validate_gguf
-from app.engine.gguf_meta import read_metadata
+from app.engine.gguf.header import validate_gguf
+from app.engine.gguf.meta import read_metadata
 
 
 def test_probe_passes_on_the_real_build():

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from app.backends.draft_maker import DraftCancelled, make_draft
-from app.engine.chat import build_messages, chat_tokens
-from app.engine.gguf_meta import read_metadata
-from app.engine.self_draft import SelfDraftError, plan_draft
-from app.engine.speculative import SpeculativeEngine
+from app.engine.prompting.chat import build_messages, chat_tokens
+from app.engine.gguf.meta import read_metadata
+from app.engine.speculation.self_draft import SelfDraftError, plan_draft
+from app.engine.speculation.speculative import SpeculativeEngine
 from app.engine.types import SamplingConfig, SpecConfig
 from app.storage import made_drafts, paths
 
@@ -77,7 +77,7 @@ def test_pruned_draft_of_the_llama_arch_demo_keeps_its_first_layers(demo_models,
     result = make_draft(plan, progress=lambda fraction, stage: seen.append(fraction))
     assert seen == sorted(seen) and 0 < max(seen) <= 1.0
     assert result.path.stat().st_size < plan.bytes_needed  # the estimate said enough
-    from app.engine.gguf_header import scan_header
+    from app.engine.gguf.header import scan_header
 
     _, values = scan_header(result.path, lambda key: key == "llama.block_count")
     assert values["llama.block_count"] == 12
@@ -88,7 +88,7 @@ def test_greedy_output_with_self_made_drafts_is_the_target_alone(demo_models, ho
     """A quantised target (batch-invariant logits: exact ids) checked by drafts made from it,
     full depth and cut to its first 16 layers (a weak draft: many corrections)."""
     from app.backends.llama_cpp_backend import LlamaBackend
-    from app.engine.drafters import ModelDrafter
+    from app.engine.speculation.drafters import ModelDrafter
 
     plain = {}
     for prompt in PROMPTS:

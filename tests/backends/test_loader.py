@@ -27,8 +27,8 @@ def test_one_load_of_the_demo_pair_reads_each_header_once(demo_models, monkeypat
     import collections
     from pathlib import Path
 
-    from app.engine import gguf_header
-    from app.engine.model_file import forget_opened_files
+    from app.engine.gguf import header as gguf_header
+    from app.engine.gguf.model_file import forget_opened_files
 
     walked: collections.Counter[Path] = collections.Counter()
     walk = gguf_header._walk

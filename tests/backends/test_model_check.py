@@ -115,7 +115,7 @@ def test_a_hang_is_stopped_when_the_child_goes_quiet(tmp_path):
     spec, _ = CASES["rwkv-prefix-without-token"]
     path = write_model(tmp_path / "rwkv.gguf", spec)
     (tmp_path / "sitecustomize.py").write_text(
-        "import app.engine.gguf_header as m\nm.first_violation = lambda values, alignment: None\n")
+        "import app.engine.gguf.header as m\nm.first_violation = lambda values, alignment: None\n")
     started = time.perf_counter()
     # The stall limit is generous against the child's start (Python, llama.cpp's import,
     # the tiny load): the hang itself never ends, so only a slow start could race it.

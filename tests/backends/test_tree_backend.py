@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from app.backends.llama_cpp_backend import TREE_BRANCHES, BackendError
-from app.engine.chat import build_messages, chat_tokens
+from app.engine.prompting.chat import build_messages, chat_tokens
 
 #          root  a    b    c   a'   b'   a'->x
 TOKENS = [None, 100, 200, 300, 500, 600, 700]

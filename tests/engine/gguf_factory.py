@@ -37,7 +37,7 @@ def write_vocab_gguf(
     """Write a vocab-only model; every keyword left as None is left out of the file.
 
     The vocabulary is completed as llama.cpp needs it to tokenize (the validator
-    refuses it otherwise, app/engine/gguf_rules.py): a SentencePiece ('llama') one
+    refuses it otherwise, app/engine/gguf/rules.py): a SentencePiece ('llama') one
     gets the 256 byte tokens it lacks appended, a BERT one a separator token.
 
     ``tensor=True`` adds one F32 tensor of 8 values (32 bytes, so the file ends

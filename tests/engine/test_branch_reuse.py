@@ -1,9 +1,9 @@
 """An edit or a Regenerate is asked with the branch now shown: the real models keep the
 KV cache of the prefix it shares with the last prompt and evaluate only the new suffix."""
 
-from app.engine.chat import build_messages, chat_tokens
-from app.engine.drafters import ModelDrafter
-from app.engine.speculative import SpeculativeEngine
+from app.engine.prompting.chat import build_messages, chat_tokens
+from app.engine.speculation.drafters import ModelDrafter
+from app.engine.speculation.speculative import SpeculativeEngine
 from app.engine.types import SamplingConfig, SpecConfig
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from app.engine.chat import CHATML, build_messages, chat_tokens, fit_conversation, render_chat
+from app.engine.prompting.chat import CHATML, build_messages, chat_tokens, fit_conversation, render_chat
 from app.engine.errors import ChatTemplateError
 
 
@@ -122,7 +122,7 @@ def test_a_huge_chat_fits_the_real_models_context_without_a_hang(q41_target):
     for a loaded machine; the template must not run past its time limit (no ChatML notice)."""
     import time
 
-    from app.engine.chat import conversation_prompt
+    from app.engine.prompting.chat import conversation_prompt
 
     history = [("user" if i % 2 == 0 else "assistant", f"w{i}") for i in range(49_999)] + [("user", "last")]
     started = time.monotonic()

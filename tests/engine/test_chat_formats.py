@@ -12,8 +12,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from chat_format_models import FAMILIES, HI, WITH_SYSTEM, write_family  # noqa: E402
 
 from app.backends.llama_cpp_backend import LlamaVocab, chat_format_names, render_chat_format
-from app.engine import chat_formats
-from app.engine.chat import chat_prompt, chatml, template_error
+from app.engine.prompting import chat_formats
+from app.engine.prompting.chat import chat_prompt, chatml, template_error
 
 
 @pytest.fixture(scope="module")

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 from scipy import stats as scistats
 
-from app.engine.constraints import ConstraintError, allowed_mask, constrained_argmax, constrained_dist
-from app.engine.drafters import ModelDrafter
-from app.engine.sampling import warp
-from app.engine.speculative import SpeculativeEngine
-from app.engine.target_rows import log_softmax
+from app.engine.speculation.constraints import ConstraintError, allowed_mask, constrained_argmax, constrained_dist
+from app.engine.speculation.drafters import ModelDrafter
+from app.engine.speculation.sampling import warp
+from app.engine.speculation.speculative import SpeculativeEngine
+from app.engine.speculation.target_rows import log_softmax
 from app.engine.types import SamplingConfig, SpecConfig
 
 sys.path.insert(0, os.path.dirname(__file__))

@@ -9,8 +9,8 @@ import random
 import numpy as np
 import pytest
 
-from app.engine.copy_sources import CopySources
-from app.engine.drafters import LookupDrafter
+from app.engine.speculation.copy_sources import CopySources
+from app.engine.speculation.drafters import LookupDrafter
 from app.engine.types import COPY_MIN, SamplingConfig, SpecConfig
 
 GREEDY = SamplingConfig(temperature=0.0)
@@ -124,14 +124,14 @@ def test_a_sampled_copy_from_a_source_carries_one_hot_q():
 # -- the real demo pair ------------------------------------------------------------------
 
 def _engine(target, draft):
-    from app.engine.drafters import ModelDrafter
-    from app.engine.speculative import SpeculativeEngine
+    from app.engine.speculation.drafters import ModelDrafter
+    from app.engine.speculation.speculative import SpeculativeEngine
 
     return SpeculativeEngine(target, ModelDrafter(draft, target.n_vocab))
 
 
 def _prompt(target, text):
-    from app.engine.chat import build_messages, chat_tokens
+    from app.engine.prompting.chat import build_messages, chat_tokens
 
     return chat_tokens(target, build_messages([("user", text)]))
 

@@ -6,12 +6,12 @@ import sys
 import numpy as np
 import pytest
 
-from app.engine.acceptance import CONFIDENCE_BANDS
-from app.engine.draft_costs import COST_WINDOW
-from app.engine.draft_policy import (AUTO_MAX, OFF_AFTER, PROBE_EVERY, WARMUP_ROUNDS, AutoDraftLength,
+from app.engine.speculation.acceptance import CONFIDENCE_BANDS
+from app.engine.speculation.draft_costs import COST_WINDOW
+from app.engine.speculation.draft_policy import (AUTO_MAX, OFF_AFTER, PROBE_EVERY, WARMUP_ROUNDS, AutoDraftLength,
                                      FixedDraftLength, draft_policy)
-from app.engine.drafters import Draft, ModelDrafter
-from app.engine.speculative import SpeculativeEngine
+from app.engine.speculation.drafters import Draft, ModelDrafter
+from app.engine.speculation.speculative import SpeculativeEngine
 from app.engine.types import SamplingConfig, SpecConfig
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -315,7 +315,7 @@ def _rounds_until_off(policy: AutoDraftLength, accept: int, limit: int = 40) -> 
 def test_a_draft_that_clearly_does_not_pay_stops_before_the_warm_up_ends():
     """Drafts dearer than the target and mostly rejected: plain is clearly faster, so
     the verdict comes after half the warm-up."""
-    from app.engine.draft_policy import CLEAR_WARMUP_ROUNDS
+    from app.engine.speculation.draft_policy import CLEAR_WARMUP_ROUNDS
 
     clear = _rounds_until_off(_fresh(0.030, accept=0), accept=0)
     assert clear == CLEAR_WARMUP_ROUNDS + OFF_AFTER - 1 < WARMUP_ROUNDS + OFF_AFTER - 1

@@ -5,9 +5,9 @@ read by the draft from where it began reading."""
 
 from __future__ import annotations
 
-from app.engine.chat import build_messages, chat_tokens
-from app.engine.drafters import ModelDrafter
-from app.engine.speculative import SpeculativeEngine
+from app.engine.prompting.chat import build_messages, chat_tokens
+from app.engine.speculation.drafters import ModelDrafter
+from app.engine.speculation.speculative import SpeculativeEngine
 from app.engine.types import SamplingConfig, SpecConfig
 
 

@@ -1,4 +1,4 @@
-"""Tests of app.engine.gguf_header and gguf_meta: header validation, metadata, draft compatibility.
+"""Tests of app.engine.gguf.header and app.engine.gguf.meta: header validation, metadata, draft compatibility.
 
 All files are real GGUF files written to tmp_path (by gguf.GGUFWriter, or byte by
 byte for the broken ones); nothing is mocked.
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from app.engine.errors import ModelFileError
-from app.engine.gguf_header import validate_gguf
-from app.engine.gguf_meta import Compatibility, ModelMetadata, check_compatibility, read_metadata
+from app.engine.gguf.header import validate_gguf
+from app.engine.gguf.meta import Compatibility, ModelMetadata, check_compatibility, read_metadata
 
 # tests/ has no __init__.py; pytest's default import mode already puts this folder on
 # sys.path, this keeps the factory importable under --import-mode=importlib too.
@@ -499,11 +499,11 @@ def test_demo_models_read_and_are_compatible(demo_models):
 
 
 def test_a_passed_header_is_not_walked_again_until_the_file_changes(tmp_path, monkeypatch):
-    """A load opens each model once (app.engine.model_file) and hands the ModelFile on;
+    """A load opens each model once (app.engine.gguf.model_file) and hands the ModelFile on;
     across loads an unchanged file that passed is not walked again, a changed or
     replaced one is, and a refused one every time."""
-    import app.engine.gguf_header as header_module
-    from app.engine.model_file import forget_opened_files, open_model_file
+    import app.engine.gguf.header as header_module
+    from app.engine.gguf.model_file import forget_opened_files, open_model_file
 
     walks = []
     walk = header_module._walk

@@ -16,10 +16,10 @@ from scipy import stats as scistats
 
 from app.backends.grammar import (MAX_REPEAT, GrammarConstraint, GrammarError, json_schema_grammar,
                                   tool_call_grammar)
-from app.engine.chat import build_messages, chat_tokens
-from app.engine.constraints import ConstraintError, allowed_mask, constrained_dist
-from app.engine.drafters import ModelDrafter
-from app.engine.speculative import SpeculativeEngine
+from app.engine.prompting.chat import build_messages, chat_tokens
+from app.engine.speculation.constraints import ConstraintError, allowed_mask, constrained_dist
+from app.engine.speculation.drafters import ModelDrafter
+from app.engine.speculation.speculative import SpeculativeEngine
 from app.engine.types import SamplingConfig, SpecConfig
 
 PERSON = {"type": "object",

@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 from scipy import stats as scistats
 
-from app.engine.drafters import ModelDrafter
-from app.engine.speculative import SpeculativeEngine
+from app.engine.speculation.drafters import ModelDrafter
+from app.engine.speculation.speculative import SpeculativeEngine
 from app.engine.types import SamplingConfig, SpecConfig
 
 sys.path.insert(0, os.path.dirname(__file__))

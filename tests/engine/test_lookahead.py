@@ -1,4 +1,4 @@
-"""Lookahead decoding (app/engine/lookahead.py): the window's shape is lookahead's mask,
+"""Lookahead decoding (app/engine/speculation/lookahead.py): the window's shape is lookahead's mask,
 its n-grams are its columns, the policy drops the window where it does not pay, and the
 reply is the target's own: greedy on the real strict target, sampled on Markov models."""
 
@@ -11,10 +11,10 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from app.engine.chat import build_messages, chat_tokens
-from app.engine.lookahead import JacobiWindow, LookaheadDrafter, LookaheadPolicy, NgramPool
-from app.engine.speculative import SpeculativeEngine
-from app.engine.token_tree import TokenTree
+from app.engine.prompting.chat import build_messages, chat_tokens
+from app.engine.speculation.lookahead import JacobiWindow, LookaheadDrafter, LookaheadPolicy, NgramPool
+from app.engine.speculation.speculative import SpeculativeEngine
+from app.engine.speculation.token_tree import TokenTree
 from app.engine.types import SamplingConfig, SpecConfig
 
 sys.path.insert(0, os.path.dirname(__file__))

@@ -8,9 +8,9 @@ import sys
 
 import numpy as np
 
-from app.engine.draft_policy import AutoDraftLength, RoundPlan
-from app.engine.drafters import LookupDrafter, ModelDrafter
-from app.engine.speculative import SpeculativeEngine
+from app.engine.speculation.draft_policy import AutoDraftLength, RoundPlan
+from app.engine.speculation.drafters import LookupDrafter, ModelDrafter
+from app.engine.speculation.speculative import SpeculativeEngine
 from app.engine.types import SamplingConfig, SpecConfig
 
 sys.path.insert(0, os.path.dirname(__file__))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.engine.chat import build_messages, chat_tokens
-from app.engine.drafters import LookupDrafter, ModelDrafter
-from app.engine.speculative import SpeculativeEngine
+from app.engine.prompting.chat import build_messages, chat_tokens
+from app.engine.speculation.drafters import LookupDrafter, ModelDrafter
+from app.engine.speculation.speculative import SpeculativeEngine
 from app.engine.types import COPY_MIN, SamplingConfig, SpecConfig, TokenKind
 
 PROMPTS = [

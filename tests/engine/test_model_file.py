@@ -1,4 +1,4 @@
-"""app.engine.model_file: a model path resolved once, its header read once.
+"""app.engine.gguf.model_file: a model path resolved once, its header read once.
 
 Real files in tmp_path (symlinks, folders, FIFOs, GGUFs written by the gguf package);
 nothing is mocked.
@@ -11,10 +11,10 @@ import sys
 
 import pytest
 
-from app.engine import gguf_header
+from app.engine.gguf import header as gguf_header
 from app.engine.errors import ModelFileError
-from app.engine.memory_kinds import ATTENTION, HYBRID, RECURRENT, memory_kind
-from app.engine.model_file import FileIdentity, ModelFile, forget_opened_files, open_model_file
+from app.engine.gguf.memory_kinds import ATTENTION, HYBRID, RECURRENT, memory_kind
+from app.engine.gguf.model_file import FileIdentity, ModelFile, forget_opened_files, open_model_file
 
 sys.path.insert(0, os.path.dirname(__file__))
 from gguf_factory import make_tokens, write_vocab_gguf  # noqa: E402

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.engine.peak import BAND, peak
-from app.engine.row_grid import RowGrid
-from app.engine.sampling import top_n
+from app.engine.speculation.peak import BAND, peak
+from app.engine.speculation.row_grid import RowGrid
+from app.engine.speculation.sampling import top_n
 
 
 def exact(logits: np.ndarray) -> tuple[int, float, int | None]:

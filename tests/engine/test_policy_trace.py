@@ -27,10 +27,12 @@ from pathlib import Path
 
 import numpy as np
 
-from app.engine import drafters, speculative
-from app.engine.draft_policy import AutoDraftLength
-from app.engine.drafters import Draft, ModelDrafter
-from app.engine.speculative import SpeculativeEngine
+from app.engine.speculation import drafters
+
+from app.engine.speculation import speculative
+from app.engine.speculation.draft_policy import AutoDraftLength
+from app.engine.speculation.drafters import Draft, ModelDrafter
+from app.engine.speculation.speculative import SpeculativeEngine
 from app.engine.types import SamplingConfig, SpecConfig
 
 sys.path.insert(0, os.path.dirname(__file__))

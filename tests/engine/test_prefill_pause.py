@@ -4,10 +4,10 @@ is copied out and put back, and the long reply is the very one it would have bee
 
 from __future__ import annotations
 
-from app.engine import speculative
-from app.engine.chat import build_messages, chat_tokens
-from app.engine.drafters import ModelDrafter
-from app.engine.speculative import SpeculativeEngine
+from app.engine.speculation import speculative
+from app.engine.prompting.chat import build_messages, chat_tokens
+from app.engine.speculation.drafters import ModelDrafter
+from app.engine.speculation.speculative import SpeculativeEngine
 from app.engine.types import SamplingConfig, SpecConfig
 from app.server.interleave import Interleave
 

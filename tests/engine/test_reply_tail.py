@@ -13,8 +13,8 @@ import sys
 import numpy as np
 import pytest
 
-from app.engine.drafters import ModelDrafter
-from app.engine.speculative import SpeculativeEngine
+from app.engine.speculation.drafters import ModelDrafter
+from app.engine.speculation.speculative import SpeculativeEngine
 from app.engine.types import SamplingConfig, SpecConfig, StopReason
 
 sys.path.insert(0, os.path.dirname(__file__))

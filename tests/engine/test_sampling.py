@@ -1,4 +1,4 @@
-"""Tests of app.engine.sampling: warping, sampling and speculative acceptance.
+"""Tests of app.engine.speculation.sampling: warping, sampling and speculative acceptance.
 
 The statistical tests use fixed seeds, so they are deterministic; the thresholds
 (chi-square p > 1e-3, total variation < 0.01) are what a correct sampler meets
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from app.engine.sampling import (
+from app.engine.speculation.sampling import (
     greedy_accept,
     rejection_accept,
     sample,

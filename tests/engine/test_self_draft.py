@@ -1,5 +1,5 @@
-"""Planning a draft made from the target (engine/self_draft.py) and recognising heads
-trained to draft (engine/draft_heads.py), on small real GGUF files written here."""
+"""Planning a draft made from the target (engine/speculation/self_draft.py) and recognising heads
+trained to draft (engine/gguf/draft_heads.py), on small real GGUF files written here."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import gguf
 import numpy as np
 import pytest
 
-from app.engine.draft_heads import EAGLE3, MEDUSA, MTP, not_used_line
-from app.engine.gguf_meta import read_metadata
-from app.engine.self_draft import DEFAULT_VARIANT, SelfDraftError, plan_draft
+from app.engine.gguf.draft_heads import EAGLE3, MEDUSA, MTP, not_used_line
+from app.engine.gguf.meta import read_metadata
+from app.engine.speculation.self_draft import DEFAULT_VARIANT, SelfDraftError, plan_draft
 
 from gguf_factory import make_tokens
 
@@ -58,7 +58,7 @@ def test_a_quantised_plan_keeps_every_layer_and_needs_less_than_the_f32_file(tmp
 
 
 def test_the_default_variant_follows_the_target_s_own_type():
-    from app.engine.self_draft import default_variant
+    from app.engine.speculation.self_draft import default_variant
 
     assert [default_variant(t) for t in (None, 0, 1, 32, 7)] == ["Q4_K_M"] * 5  # F32, F16, BF16, Q8_0
     assert [default_variant(t) for t in (2, 3, 15, 10)] == ["Q2_K"] * 4  # already 4 bits or fewer

@@ -1,4 +1,4 @@
-"""The sparse distribution (app/engine/sparse_dist.py) against the dense code it replaced.
+"""The sparse distribution (app/engine/speculation/sparse_dist.py) against the dense code it replaced.
 
 ``warp_dist`` must give the very distribution the landed dense ``warp`` gave, bit for
 bit, ties included (tests/engine/dense_sampling_reference.py is that code, copied):
@@ -18,8 +18,8 @@ import sys
 import numpy as np
 import pytest
 
-from app.engine.sampling import near_top, runner_up, sample, top_n, warp_dist
-from app.engine.sparse_dist import Dist
+from app.engine.speculation.sampling import near_top, runner_up, sample, top_n, warp_dist
+from app.engine.speculation.sparse_dist import Dist
 from app.engine.types import SamplingConfig
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -191,7 +191,7 @@ def test_near_top_estimates_only_a_tail_too_light_to_matter() -> None:
 
 
 def test_sparse_nonzero_is_flatnonzero() -> None:
-    from app.engine.sampling import sparse_nonzero
+    from app.engine.speculation.sampling import sparse_nonzero
 
     rng = np.random.default_rng(8)
     for v in (5, 63, 64, 1001, 49_152, 152_067):

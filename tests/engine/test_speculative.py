@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from scipy import stats as scistats
 
-from app.engine.chat import build_messages, chat_tokens
-from app.engine.draft_policy import FixedDraftLength, RoundPlan
-from app.engine.drafters import ModelDrafter
+from app.engine.prompting.chat import build_messages, chat_tokens
+from app.engine.speculation.draft_policy import FixedDraftLength, RoundPlan
+from app.engine.speculation.drafters import ModelDrafter
 from app.engine.errors import ContextOverflowError
-from app.engine.speculative import SpeculativeEngine
+from app.engine.speculation.speculative import SpeculativeEngine
 from app.engine.types import SamplingConfig, SpecConfig, TokenKind
 
 sys.path.insert(0, os.path.dirname(__file__))

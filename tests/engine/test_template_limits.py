@@ -9,8 +9,8 @@ import time
 import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from app.engine import template_limits
-from app.engine.chat import (
+from app.engine.prompting import template_limits
+from app.engine.prompting.chat import (
     CHATML,
     RenderStopped,
     build_messages,

@@ -1,4 +1,4 @@
-"""Drafting across vocabularies (app/engine/text_bridge.py, docs/cross-vocabulary.md).
+"""Drafting across vocabularies (app/engine/speculation/text_bridge.py, docs/cross-vocabulary.md).
 
 The two real families, both ways: SmolLM2 (49k BPE) drafting for Gemma 3 270M (262k
 SentencePiece) and Gemma drafting for SmolLM2. Greedy output must be the target's own,
@@ -23,10 +23,10 @@ import numpy as np
 import pytest
 from scipy import stats as scistats
 
-from app.engine.chat import build_messages, chat_tokens
-from app.engine.sampling import warp
-from app.engine.speculative import SpeculativeEngine
-from app.engine.text_bridge import BridgePolicy, TextBridge, agreed_prefix, valid_prefix, whole_chars
+from app.engine.prompting.chat import build_messages, chat_tokens
+from app.engine.speculation.sampling import warp
+from app.engine.speculation.speculative import SpeculativeEngine
+from app.engine.speculation.text_bridge import BridgePolicy, TextBridge, agreed_prefix, valid_prefix, whole_chars
 from app.engine.types import SamplingConfig, SpecConfig, TokenKind
 
 GREEDY = SamplingConfig(temperature=0.0, ignore_eos=True)

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from app.engine.thread_policy import (BUSY_SHARE, EARLY_STEPS, FIXED, PROBE_EVERY, PROBE_MOST, QUIET_SHARE, WINDOW,
+from app.engine.speculation.thread_policy import (BUSY_SHARE, EARLY_STEPS, FIXED, PROBE_EVERY, PROBE_MOST, QUIET_SHARE, WINDOW,
                                       AdaptiveThreads, ThreadChooser, threads_for)
 
 # Seconds per step of one token at each thread count, on a 2-core machine: quiet, two
@@ -175,7 +175,7 @@ def test_a_core_that_comes_free_is_used_again_at_the_next_look():
 
 
 def test_machine_idle_reads_the_allowed_cpus_of_proc_stat(tmp_path):
-    from app.engine.machine_idle import MIN_JIFFIES, MachineIdle
+    from app.engine.speculation.machine_idle import MIN_JIFFIES, MachineIdle
 
     stat = tmp_path / "stat"
 
@@ -207,7 +207,7 @@ def test_windows_that_come_too_soon_to_read_the_machine_make_no_probe_up(tmp_pat
     can end microseconds apart, too soon for /proc/stat to tell (issue 25's trace: each
     such look read as "unknown" and set off a probe up onto the taken core). The last
     look that could tell (no core idle) still answers."""
-    from app.engine.machine_idle import MachineIdle
+    from app.engine.speculation.machine_idle import MachineIdle
 
     stat = tmp_path / "stat"
     stat.write_text("cpu0 100 0 0 100 0 0 0 0\ncpu1 100 0 0 100 0 0 0 0\n")
@@ -259,9 +259,9 @@ def test_a_low_share_that_fewer_threads_do_not_cure_backs_off():
 def test_changing_threads_mid_reply_keeps_the_reply(q41_target, q40_draft):
     """Greedy, demo pair: a reply whose threads go 2 -> 1 -> 2 (target) and 1 -> 2 (draft)
     mid-way is token for token the reply with fixed threads."""
-    from app.engine.chat import build_messages, chat_tokens
-    from app.engine.drafters import ModelDrafter
-    from app.engine.speculative import SpeculativeEngine
+    from app.engine.prompting.chat import build_messages, chat_tokens
+    from app.engine.speculation.drafters import ModelDrafter
+    from app.engine.speculation.speculative import SpeculativeEngine
     from app.engine.types import SamplingConfig, SpecConfig
 
     prompt = chat_tokens(q41_target, build_messages([("user", "Write a short story about a lighthouse keeper.")]))
@@ -346,8 +346,8 @@ def test_a_probe_the_share_set_off_still_goes_back_where_fewer_threads_are_deare
 def test_cpu_clocks_are_read_only_where_a_chooser_uses_them(q41_target, q40_draft):
     """Each reading of the process's CPU clock is a system call on a virtual machine:
     an explicit thread count (or a model whose count is fixed) reads none."""
-    from app.engine.drafters import ModelDrafter
-    from app.engine.speculative import SpeculativeEngine
+    from app.engine.speculation.drafters import ModelDrafter
+    from app.engine.speculation.speculative import SpeculativeEngine
     from app.engine.types import SamplingConfig, SpecConfig
 
     class Recording:

@@ -8,9 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from app.engine.draft_costs import RecentCost
-from app.engine.drafters import ModelDrafter
-from app.engine.speculative import SpeculativeEngine, plain_step_estimate
+from app.engine.speculation.draft_costs import RecentCost
+from app.engine.speculation.drafters import ModelDrafter
+from app.engine.speculation.speculative import SpeculativeEngine, plain_step_estimate
 from app.engine.types import SamplingConfig, SpecConfig, Stats
 from app.session.records import stats_from_record, stats_to_record
 from app.ui.stats_format import message_summary, time_saved

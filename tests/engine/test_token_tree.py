@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from app.engine.token_tree import TokenTree, accept_greedy, accept_sampled, without
+from app.engine.speculation.token_tree import TokenTree, accept_greedy, accept_sampled, without
 
 V = 5
 

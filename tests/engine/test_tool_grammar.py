@@ -16,12 +16,12 @@ from scipy import stats as scistats
 
 from app.backends.grammar import GrammarError
 from app.backends.tool_grammar import tool_calls_grammar, tool_constraint
-from app.engine.chat import conversation_prompt
-from app.engine.constraints import ConstraintError
-from app.engine.drafters import ModelDrafter
-from app.engine.speculative import SpeculativeEngine
-from app.engine.tool_calls import FORMATS, CallSplitter, ToolCall
-from app.engine.tool_prompt import ToolPlan, ToolRequest
+from app.engine.prompting.chat import conversation_prompt
+from app.engine.speculation.constraints import ConstraintError
+from app.engine.speculation.drafters import ModelDrafter
+from app.engine.speculation.speculative import SpeculativeEngine
+from app.engine.prompting.tool_calls import FORMATS, CallSplitter, ToolCall
+from app.engine.prompting.tool_prompt import ToolPlan, ToolRequest
 from app.engine.types import SamplingConfig, SpecConfig
 
 CITY = {"type": "object", "properties": {"city": {"enum": ["Paris", "Rome", "Oslo", "Lima"]},

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.chat import CHATML, conversation_prompt, render_chat
+from app.engine.prompting.chat import CHATML, conversation_prompt, render_chat
 from app.engine.errors import ChatTemplateError
-from app.engine.tool_calls import FUNCTIONARY, HERMES, LLAMA3, MISTRAL, CallSplitter, ToolCall, detect_format
-from app.engine.tool_prompt import TemplateTools, ToolRequest, prepare, template_tools, tool_plan
+from app.engine.prompting.tool_calls import FUNCTIONARY, HERMES, LLAMA3, MISTRAL, CallSplitter, ToolCall, detect_format
+from app.engine.prompting.tool_prompt import TemplateTools, ToolRequest, prepare, template_tools, tool_plan
 
 TEMPLATES = Path(__file__).parent / "tool_templates"
 QWEN = (TEMPLATES / "qwen2.5-instruct.jinja").read_text()

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from scipy import stats as scistats
 
-from app.engine.chat import build_messages, chat_tokens
-from app.engine.draft_policy import AutoDraftLength, FixedDraftLength, RoundPlan
-from app.engine.drafters import ModelDrafter
-from app.engine.speculative import SpeculativeEngine
+from app.engine.prompting.chat import build_messages, chat_tokens
+from app.engine.speculation.draft_policy import AutoDraftLength, FixedDraftLength, RoundPlan
+from app.engine.speculation.drafters import ModelDrafter
+from app.engine.speculation.speculative import SpeculativeEngine
 from app.engine.types import SamplingConfig, SpecConfig
 
 sys.path.insert(0, os.path.dirname(__file__))

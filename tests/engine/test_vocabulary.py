@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from app.engine.detokenize import visible
+from app.engine.speculation.detokenize import visible
 from app.engine.types import DrafterKind, Stats, StopReason, TokenKind
 from app.vocabulary import MessageState
 

@@ -15,9 +15,9 @@ import pytest
 from recurrent_models import Shape, write_recurrent_model
 
 from app.engine.errors import ModelFileError
-from app.engine.gguf_rules import DELTA_NET_ARCHS, first_violation
-from app.engine.memory_kinds import HYBRID
-from app.engine.model_file import open_model_file
+from app.engine.gguf.rules import DELTA_NET_ARCHS, first_violation
+from app.engine.gguf.memory_kinds import HYBRID
+from app.engine.gguf.model_file import open_model_file
 
 ROOT = Path(__file__).resolve().parents[2]
 

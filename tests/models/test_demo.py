@@ -7,7 +7,7 @@ import zipfile
 
 import pytest
 
-from app.engine.gguf_meta import read_metadata
+from app.engine.gguf.meta import read_metadata
 from app.models import demo
 
 

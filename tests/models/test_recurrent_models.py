@@ -21,7 +21,7 @@ from recurrent_models import ARCHITECTURES
 
 from app.backends.llama_cpp_backend import LlamaBackend, LlamaVocab
 from app.backends.model_check import require_model_runs
-from app.engine.chat import chat_tokens, render_chat
+from app.engine.prompting.chat import chat_tokens, render_chat
 
 ROOT = Path(__file__).resolve().parents[2]
 ARCHS = list(ARCHITECTURES)

@@ -16,7 +16,7 @@ import json
 import httpx
 import pytest
 
-from app.engine.chat import conversation_prompt
+from app.engine.prompting.chat import conversation_prompt
 from app.server.requests import Defaults, chat_job
 
 WEATHER = {"type": "function", "function": {

@@ -7,7 +7,7 @@ import time
 from typing import Sequence
 
 from app.bridge.models import ChatPrompt, LoadInfo
-from app.engine.speculative import Generation
+from app.engine.speculation.speculative import Generation
 from app.engine.types import SamplingConfig, SpecConfig, Stats, TokenEvent, TokenKind
 from app.errors import TandemError
 

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from app.bridge.models import ChatPrompt, LoadInfo
-from app.engine import template_limits
-from app.engine.chat import conversation_prompt
+from app.engine.prompting import template_limits
+from app.engine.prompting.chat import conversation_prompt
 from app.storage.settings import Settings
 from app.ui.message_view import COMPLETE, STOPPED
 

@@ -60,7 +60,7 @@ def test_a_worker_killed_mid_reply_leaves_the_window_and_the_chat(make_window, d
 
 
 def _block_count(path) -> int:
-    from app.engine.gguf_header import scan_header
+    from app.engine.gguf.header import scan_header
 
     _, found = scan_header(Path(path), lambda key: key.endswith(".block_count"))
     return int(next(value for key, value in found.items() if key.endswith(".block_count")))

@@ -27,10 +27,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-from app.engine.acceptance import ConfidenceAcceptance, band_of
-from app.engine.draft_costs import RecentCost
-from app.engine.drafters import Draft
-from app.engine.token_tree import TokenTree
+from app.engine.speculation.acceptance import ConfidenceAcceptance, band_of
+from app.engine.speculation.draft_costs import RecentCost
+from app.engine.speculation.drafters import Draft
+from app.engine.speculation.token_tree import TokenTree
 
 SECOND_PRIOR = 0.5      # the chance a runner-up is the target's token where the draft's was not, untested
 FORK_PRIOR = (1.0, 4.0)  # (tokens won, copied tokens verified) a second copy counts for untested

@@ -20,9 +20,9 @@ import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from app.engine.gguf_header import GGUFHeader, resolve_model_path, scan_header
-from app.engine.gguf_meta import ModelMetadata, metadata_from, metadata_key
-from app.engine.memory_kinds import memory_kind
+from app.engine.gguf.header import GGUFHeader, resolve_model_path, scan_header
+from app.engine.gguf.meta import ModelMetadata, metadata_from, metadata_key
+from app.engine.gguf.memory_kinds import memory_kind
 
 @dataclass(frozen=True)
 class FileIdentity:

@@ -39,11 +39,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, NamedTuple, Protocol, Sequence
 
-from app.engine.acceptance import CONFIDENCE_BANDS, ConfidenceAcceptance, PositionAcceptance, band_of
-from app.engine.draft_costs import RoundCosts
-from app.engine.drafters import Draft
-from app.engine.token_tree import TokenTree
-from app.engine.tree_policy import BRANCH_BELOW, BranchPolicy
+from app.engine.speculation.acceptance import CONFIDENCE_BANDS, ConfidenceAcceptance, PositionAcceptance, band_of
+from app.engine.speculation.draft_costs import RoundCosts
+from app.engine.speculation.drafters import Draft
+from app.engine.speculation.token_tree import TokenTree
+from app.engine.speculation.tree_policy import BRANCH_BELOW, BranchPolicy
 from app.engine.types import SpecConfig
 
 AUTO_MAX = 12          # longest draft auto will try

@@ -15,7 +15,7 @@ without a template gets the built-in format that fits it, judged like a person w
 
 The user may choose a format per file instead (``ChatSession.set_chat_format``); a
 template that does not compile falls back the same way, also said once, and one that
-fails while rendering falls back for that reply (``app.engine.chat``).
+fails while rendering falls back for that reply (``app.engine.prompting.chat``).
 
 Rendering a built-in format is llama.cpp's own code (``llama_chat_apply_template``,
 reached through the model: ``render_chat_format``), so a prompt is exactly what

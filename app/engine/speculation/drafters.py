@@ -17,11 +17,11 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from app.engine.backend import ModelBackend, borrow_rows
-from app.engine.constraints import Constraint, ConstraintError, constrained_argmax, constrained_dist, trim_to_constraint
-from app.engine.copy_sources import CopySources
-from app.engine.peak import peak
-from app.engine.sampling import runner_up, softmax_prob, warp_dist
-from app.engine.sparse_dist import Dist
+from app.engine.speculation.constraints import Constraint, ConstraintError, constrained_argmax, constrained_dist, trim_to_constraint
+from app.engine.speculation.copy_sources import CopySources
+from app.engine.speculation.peak import peak
+from app.engine.speculation.sampling import runner_up, softmax_prob, warp_dist
+from app.engine.speculation.sparse_dist import Dist
 from app.engine.types import DrafterKind, SamplingConfig
 
 

@@ -24,9 +24,9 @@ import math
 from collections.abc import Sequence
 import numpy as np
 
-from app.engine.constraints import Constraint, allowed_mask, constrained_argmax, constrained_dist
-from app.engine.sampling import greedy_accept, log_sum_exp, rejection_accept, top_n, warp_dist
-from app.engine.sparse_dist import Dist
+from app.engine.speculation.constraints import Constraint, allowed_mask, constrained_argmax, constrained_dist
+from app.engine.speculation.sampling import greedy_accept, log_sum_exp, rejection_accept, top_n, warp_dist
+from app.engine.speculation.sparse_dist import Dist
 from app.engine.types import SamplingConfig, TokenLogprobs
 
 MAX_TOP_LOGPROBS = 20

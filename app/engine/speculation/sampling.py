@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from app.engine.row_grid import RowGrid
-from app.engine.sparse_dist import Dist, sample_dense
+from app.engine.speculation.row_grid import RowGrid
+from app.engine.speculation.sparse_dist import Dist, sample_dense
 from app.engine.types import SamplingConfig
 
 # First guess at how many top tokens hold top_p of the mass; grown x8 on a miss.

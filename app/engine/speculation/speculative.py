@@ -68,18 +68,18 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from app.engine.backend import ModelBackend, borrow_rows, borrow_tree
-from app.engine.detokenize import StreamingDetokenizer, token_display_text
-from app.engine.draft_costs import RecentCost
-from app.engine.constraints import Constraint
-from app.engine.draft_policy import AutoDraftLength, DraftPolicy, FixedDraftLength
-from app.engine.copy_sources import CopySources
-from app.engine.drafters import Draft, Drafter, LookupDrafter, common_prefix, constrained_draft
+from app.engine.speculation.detokenize import StreamingDetokenizer, token_display_text
+from app.engine.speculation.draft_costs import RecentCost
+from app.engine.speculation.constraints import Constraint
+from app.engine.speculation.draft_policy import AutoDraftLength, DraftPolicy, FixedDraftLength
+from app.engine.speculation.copy_sources import CopySources
+from app.engine.speculation.drafters import Draft, Drafter, LookupDrafter, common_prefix, constrained_draft
 from app.engine.errors import ContextOverflowError
-from app.engine.lookahead import JacobiWindow, LookaheadRound, lookahead_round
-from app.engine.thread_policy import threads_for
-from app.engine.target_rows import TargetRows
-from app.engine.text_bridge import TextBridge
-from app.engine.tree_round import branch_for, grow_tree, grows_trees
+from app.engine.speculation.lookahead import JacobiWindow, LookaheadRound, lookahead_round
+from app.engine.speculation.thread_policy import threads_for
+from app.engine.speculation.target_rows import TargetRows
+from app.engine.speculation.text_bridge import TextBridge
+from app.engine.speculation.tree_round import branch_for, grow_tree, grows_trees
 from app.engine.types import (SPECULATION_OFF, DrafterKind, SamplingConfig, SpecConfig, Stats, StopReason,
                               TokenEvent, TokenKind)
 

@@ -57,7 +57,7 @@ import math
 from collections import defaultdict
 from typing import Callable, Sequence
 
-from app.engine.machine_idle import MachineIdle
+from app.engine.speculation.machine_idle import MachineIdle
 
 WINDOW = 6            # steps per compared window
 SLOW = 1.3            # a window this much dearer than the quiet baseline says: busy

@@ -19,8 +19,8 @@ from typing import Protocol
 import numpy as np
 
 from app.engine.errors import EngineError
-from app.engine.sampling import warp_dist
-from app.engine.sparse_dist import Dist
+from app.engine.speculation.sampling import warp_dist
+from app.engine.speculation.sparse_dist import Dist
 from app.engine.types import SamplingConfig
 
 # Candidates tried before the whole vocabulary when looking for the best allowed

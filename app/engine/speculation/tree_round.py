@@ -19,10 +19,10 @@ from typing import Callable
 import numpy as np
 
 from app.engine.backend import ModelBackend
-from app.engine.drafters import Draft, ModelDrafter
-from app.engine.sampling import warp_dist
-from app.engine.target_rows import row_argmax
-from app.engine.token_tree import TokenTree, accept_greedy, accept_sampled
+from app.engine.speculation.drafters import Draft, ModelDrafter
+from app.engine.speculation.sampling import warp_dist
+from app.engine.speculation.target_rows import row_argmax
+from app.engine.speculation.token_tree import TokenTree, accept_greedy, accept_sampled
 from app.engine.types import SamplingConfig
 
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.engine.row_grid import RowGrid
-from app.engine.sampling import near_top
+from app.engine.speculation.row_grid import RowGrid
+from app.engine.speculation.sampling import near_top
 
 BAND = 8.0           # nats below the top summed exactly
 TAIL_SAMPLE = 2048   # logits of a row that estimate the share below the band

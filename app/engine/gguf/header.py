@@ -24,7 +24,7 @@ from typing import Any
 import gguf
 
 from app.engine.errors import ModelFileError
-from app.engine.gguf_rules import first_violation, rule_keys
+from app.engine.gguf.rules import first_violation, rule_keys
 
 SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32      # GGUF_DEFAULT_ALIGNMENT
@@ -82,8 +82,8 @@ class TensorInfo:
 
 def validate_gguf(path: str | os.PathLike[str]) -> GGUFHeader:
     """Check a GGUF file's structure against its size, and its metadata against what
-    llama.cpp asserts (app.engine.gguf_rules); raise ModelFileError saying why not.
-    A caller that goes on to load the file wants ``app.engine.model_file.open_model_file``:
+    llama.cpp asserts (app.engine.gguf.rules); raise ModelFileError saying why not.
+    A caller that goes on to load the file wants ``app.engine.gguf.model_file.open_model_file``:
     one walk for every fact a load needs."""
     return scan_header(Path(path), _nothing)[0]
 

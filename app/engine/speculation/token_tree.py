@@ -27,7 +27,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from app.engine.sparse_dist import Dist
+from app.engine.speculation.sparse_dist import Dist
 
 
 @dataclass

@@ -19,9 +19,9 @@ from typing import Any
 
 import gguf
 
-from app.engine.draft_heads import is_head_key, trained_heads
-from app.engine.gguf_header import GGUFHeader, file_error, scan_header, shown_name
-from app.engine.gguf_rules import ADD_BOS_BPE_PRE
+from app.engine.gguf.draft_heads import is_head_key, trained_heads
+from app.engine.gguf.header import GGUFHeader, file_error, scan_header, shown_name
+from app.engine.gguf.rules import ADD_BOS_BPE_PRE
 
 # Keys read_metadata wants decoded; every other value is only bounds-checked.
 _WANTED_KEYS = frozenset({
@@ -98,7 +98,7 @@ def metadata_key(key: str) -> bool:
 
 def read_metadata(path: str | os.PathLike[str]) -> ModelMetadata:
     """Validate a GGUF file and read its tokenizer and a few general keys. A caller that
-    goes on to load the file wants ``app.engine.model_file.open_model_file(path).metadata``:
+    goes on to load the file wants ``app.engine.gguf.model_file.open_model_file(path).metadata``:
     the same walk, once, with everything else a load needs."""
     path = Path(path)
     header, values = scan_header(path, metadata_key)

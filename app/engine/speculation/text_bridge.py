@@ -41,8 +41,8 @@ from typing import Callable, Literal, Sequence
 import numpy as np
 
 from app.engine.backend import ModelBackend
-from app.engine.constraints import Constraint
-from app.engine.drafters import Draft, LookupDrafter, ModelDrafter, common_prefix
+from app.engine.speculation.constraints import Constraint
+from app.engine.speculation.drafters import Draft, LookupDrafter, ModelDrafter, common_prefix
 from app.engine.types import DrafterKind, SamplingConfig
 
 BACK_TO_WORD = 8  # draft tokens the cache may go back beyond the text's agreement, to a word's start

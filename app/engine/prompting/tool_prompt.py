@@ -28,7 +28,7 @@ from functools import lru_cache
 from typing import Callable, Sequence
 
 from app.engine.errors import ChatTemplateError
-from app.engine.tool_calls import HERMES, MISTRAL, ToolFormat, detect_format
+from app.engine.prompting.tool_calls import HERMES, MISTRAL, ToolFormat, detect_format
 
 TOOL_PROMPT = (
     "# Tools\n\n"

@@ -30,7 +30,7 @@ from typing import Any
 import gguf
 
 from app.engine.errors import EngineError
-from app.engine.gguf_header import GGUFHeader, TensorInfo, scan_header, shown_name
+from app.engine.gguf.header import GGUFHeader, TensorInfo, scan_header, shown_name
 
 
 class SelfDraftError(EngineError):

@@ -34,10 +34,10 @@ from typing import Callable, Literal, Sequence
 
 import numpy as np
 
-from app.engine.constraints import Constraint
-from app.engine.drafters import Draft, LookupDrafter
-from app.engine.token_tree import TokenTree
-from app.engine.tree_round import TreeRound
+from app.engine.speculation.constraints import Constraint
+from app.engine.speculation.drafters import Draft, LookupDrafter
+from app.engine.speculation.token_tree import TokenTree
+from app.engine.speculation.tree_round import TreeRound
 from app.engine.types import DrafterKind, SamplingConfig
 
 WINDOW = 5          # W: columns of the Jacobi window

@@ -25,11 +25,11 @@ from weakref import WeakKeyDictionary
 
 import jinja2
 
-from app.engine import chat_formats
+from app.engine.prompting import chat_formats
 from app.engine.backend import ModelBackend
 from app.engine.errors import ChatTemplateError
-from app.engine.tool_prompt import ToolPlan, ToolRequest, prepare, tool_plan
-from app.engine.template_limits import (
+from app.engine.prompting.tool_prompt import ToolPlan, ToolRequest, prepare, tool_plan
+from app.engine.prompting.template_limits import (
     OUTPUT_BASE_CHARS,
     BoundedEnvironment,
     RenderStopped,
@@ -236,7 +236,7 @@ def _is_utf8(data: bytes) -> bool:
 
 
 class _Prompter:
-    """Messages -> tokens for one model, in its chat format (app/engine/chat_formats.py:
+    """Messages -> tokens for one model, in its chat format (app/engine/prompting/chat_formats.py:
     the file's template or a built-in format) or (``template=False``) the built-in
     format a failed template falls back on."""
 
