@@ -36,6 +36,7 @@ import numpy as np
 
 from app.engine.speculation.constraints import Constraint
 from app.engine.speculation.drafters import Draft, LookupDrafter
+from app.engine.speculation.probes import ProbeBackoff, rate
 from app.engine.speculation.token_tree import TokenTree
 from app.engine.speculation.tree_round import TreeRound
 from app.engine.types import DrafterKind, SamplingConfig
@@ -190,12 +191,14 @@ class LookaheadPolicy:
         self._with: deque[tuple[int, float]] = deque(maxlen=self.KEEP)
         self._without: deque[tuple[int, float]] = deque(maxlen=self.KEEP)
         self._votes = 0
-        self._since_probe = 0
-        self._probe_every = self.PROBE_EVERY
-        self._probing = False
+        self._probes = ProbeBackoff(self.PROBE_EVERY, self.PROBE_MOST)
         self._plain_seconds: float | None = None
         self.off = mode == "off"
         self.note = "lookahead is off" if self.off else ""
+
+    @property
+    def _probe_every(self) -> int:  # the spacing of probes now (tests read it)
+        return self._probes.every
 
     def carry(self, plain_seconds: float | None) -> bool:
         """Does this round's batch carry the window? (Ask once a round.)"""
@@ -215,43 +218,30 @@ class LookaheadPolicy:
                                  "then less often")
             else:
                 self._votes, self.off, self.note = 0, False, ""
-                self._probe_every = self.PROBE_EVERY
-        if not self.off:
-            return True
-        self._since_probe += 1
-        if self._since_probe >= self._probe_every:
-            self._since_probe = 0
-            self._probe_every = min(self._probe_every * 2, self.PROBE_MOST)  # reset when it pays again
-            self._probing = True
-            return True
-        return False
+                self._probes.reset()
+        return not self.off or self._probes.due()
 
     def rates(self, plain_seconds: float | None) -> tuple[float, float | None]:
         """Tokens per second with the window and without (None: nothing to judge by)."""
-        on = _rate(self._with)
-        off = _rate(self._without) if len(self._without) >= 3 else (
+        on = rate(self._with)
+        off = rate(self._without) if len(self._without) >= 3 else (
             1.0 / plain_seconds if plain_seconds else None)
         return on, off
 
     def observe(self, carried: bool, tokens: int, seconds: float) -> None:
         """A round: whether it carried the window, the tokens it wrote and what it took."""
         (self._with if carried else self._without).append((tokens, max(seconds, 1e-9)))
-        if carried and self._probing:
+        if carried and self._probes.probing:
             # A probe is judged on its own round: the rounds kept from before it would
             # outvote a machine that changed. One that pays turns the window back on, to
             # be judged again after the warm-up on fresh rounds.
-            self._probing = False
+            self._probes.probing = False
             off = self.rates(self._plain_seconds)[1]
             if off is not None and tokens / max(seconds, 1e-9) >= off:
                 self._with.clear()
                 self._with.append((tokens, max(seconds, 1e-9)))
                 self._votes, self.off, self.note = 0, False, ""
-                self._probe_every = self.PROBE_EVERY
-
-
-def _rate(rounds: deque[tuple[int, float]]) -> float:
-    seconds = sum(s for _, s in rounds)
-    return sum(t for t, _ in rounds) / seconds if seconds else 0.0
+                self._probes.reset()
 
 
 class LookaheadDrafter:

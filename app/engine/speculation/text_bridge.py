@@ -43,6 +43,7 @@ import numpy as np
 from app.engine.backend import ModelBackend
 from app.engine.speculation.constraints import Constraint
 from app.engine.speculation.drafters import Draft, LookupDrafter, ModelDrafter, common_prefix
+from app.engine.speculation.probes import ProbeBackoff, rate
 from app.engine.types import DrafterKind, SamplingConfig
 
 BACK_TO_WORD = 8  # draft tokens the cache may go back beyond the text's agreement, to a word's start
@@ -335,9 +336,7 @@ class BridgePolicy:
         self.mode = mode
         self._rounds: deque[tuple[int, float]] = deque(maxlen=self.KEEP)
         self._votes = 0
-        self._since_probe = 0
-        self._probe_every = self.PROBE_EVERY
-        self._probing = False
+        self._probes = ProbeBackoff(self.PROBE_EVERY, self.PROBE_MOST)
         self._plain: float | None = None
         self.off = mode == "off"
         self.note = "drafting through text is off" if self.off else ""
@@ -349,42 +348,29 @@ class BridgePolicy:
             return self.mode != "off"
         self._plain = plain_seconds
         if len(self._rounds) >= self.CLEAR_WARMUP and plain_seconds:
-            rate, plain = _rate(self._rounds), 1.0 / plain_seconds
-            clear = rate < self.CLEAR_SHARE * plain
-            if rate < plain and (clear or len(self._rounds) >= self.WARMUP):
+            speed, plain = rate(self._rounds), 1.0 / plain_seconds
+            clear = speed < self.CLEAR_SHARE * plain
+            if speed < plain and (clear or len(self._rounds) >= self.WARMUP):
                 self._votes = self.OFF_AFTER if clear else self._votes + 1
                 if self._votes >= self.OFF_AFTER and not self.off:
                     self.off = True
-                    self.note = (f"drafting through text does not pay here: {rate:.1f} tokens/s against "
+                    self.note = (f"drafting through text does not pay here: {speed:.1f} tokens/s against "
                                  f"{plain:.1f} plain; off, tried again after {self.PROBE_EVERY} rounds, "
                                  "then less often")
-            elif rate >= plain:
+            elif speed >= plain:
                 self._votes, self.off, self.note = 0, False, ""
-                self._probe_every = self.PROBE_EVERY
-        if not self.off:
-            return True
-        self._since_probe += 1
-        if self._since_probe >= self._probe_every:
-            self._since_probe = 0
-            self._probe_every = min(self._probe_every * 2, self.PROBE_MOST)
-            self._probing = True
-            return True
-        return False
+                self._probes.reset()
+        return not self.off or self._probes.due()
 
     def observe(self, tokens: int, seconds: float) -> None:
         """A round drafted through text: the tokens it wrote and what it took, all in."""
         seconds = max(seconds, 1e-9)
-        if self._probing:
+        if self._probes.probing:
             # A probe is judged on its own round (the old ones would outvote a machine
             # that changed); one that pays turns the bridge back on, to be judged afresh.
-            self._probing = False
+            self._probes.probing = False
             if self._plain and tokens / seconds >= 1.0 / self._plain:
                 self._rounds.clear()
                 self._votes, self.off, self.note = 0, False, ""
-                self._probe_every = self.PROBE_EVERY
+                self._probes.reset()
         self._rounds.append((tokens, seconds))
-
-
-def _rate(rounds: deque[tuple[int, float]]) -> float:
-    seconds = sum(s for _, s in rounds)
-    return sum(t for t, _ in rounds) / seconds if seconds else 0.0
