@@ -32,7 +32,8 @@ from app.backends.state_checkpoints import KEEP_EVERY, Checkpoint, Checkpoints
 from app.engine.errors import ChatTemplateError, ContextOverflowError, EngineError, ModelFileError
 from app.engine.gguf.model_file import ModelFile, open_model_file
 from app.engine.gguf.header import shown_name, validate_gguf
-from app.engine.gguf.memory_kinds import ATTENTION, HYBRID, RECURRENT, RS_SNAPSHOTS_DEFAULT, memory_note
+from app.engine.gguf.context_shape import BATCH, FLOAT_FILE_TYPES, RS_SNAPSHOTS, TREE_BRANCHES, flash_attention
+from app.engine.gguf.memory_kinds import ATTENTION, HYBRID, RECURRENT, memory_note
 from app.logs import FILE_ONLY
 
 log = logging.getLogger("tandem.llama")
@@ -42,18 +43,6 @@ FTYPES = {"F32": ll.LLAMA_FTYPE_ALL_F32, "F16": ll.LLAMA_FTYPE_MOSTLY_F16,
           "Q4_1": ll.LLAMA_FTYPE_MOSTLY_Q4_1, "Q4_K_M": ll.LLAMA_FTYPE_MOSTLY_Q4_K_M,
           "Q2_K": ll.LLAMA_FTYPE_MOSTLY_Q2_K, "IQ4_NL": ll.LLAMA_FTYPE_MOSTLY_IQ4_NL,
           "IQ4_XS": ll.LLAMA_FTYPE_MOSTLY_IQ4_XS, "IQ3_S": ll.LLAMA_FTYPE_MOSTLY_IQ3_S}
-# Sequences a context holds: one per leaf of a token tree. A unified KV cache keeps the
-# cells of every sequence in one buffer, so the shared prefix is stored once (a
-# sequence copy only tags cells) and a single sequence runs exactly as with one.
-# TANDEM_TREE_BRANCHES=1 makes single-sequence contexts as before trees (no trees then), to
-# measure the two against each other.
-TREE_BRANCHES = max(1, int(os.environ.get("TANDEM_TREE_BRANCHES", "8") or 8))
-# Recurrent-state snapshots llama.cpp keeps per sequence (``n_rs_seq``) where the
-# architecture has them (lfm2, qwen35, nemotron_h ...; clamped to 0 elsewhere): a
-# verification of up to this many drafts then rolls back with no checkpoint. Each is
-# one more copy of the recurrent state in memory. A draft model gets none (its steps
-# are single tokens, which leave no snapshots to roll back through).
-RS_SNAPSHOTS = max(0, int(os.environ.get("TANDEM_RS_SNAPSHOTS", str(RS_SNAPSHOTS_DEFAULT)) or 0))
 # A batch longer than this is a prompt's (or a re-read's): a kept checkpoint goes
 # before it and after it, so that the next turn, a regenerate or an edit finds one.
 _PROMPT_BATCH = 32
@@ -79,6 +68,13 @@ _quiet_load = False
 # ("layer 12 assigned to device RPC1"): its own decision, not a recomputation of it.
 _LAYER_LINE = re.compile(r"load_tensors: layer +(\d+) assigned to device ([^,\s]+)")
 _layer_devices: dict[int, str] | None = None
+# What llama.cpp allocated while a model loads and its context is made, as it says at
+# INFO ("CPU_Mapped model buffer size = 513.00 MiB"): its own sizes, which the memory
+# estimate (app/engine/gguf/memory_estimate.py) is checked against and the side panel
+# compares with the plan.
+_BUFFER_LINE = re.compile(r"(\S+)\s+(model|KV|RS|output|compute) buffer size =\s*([\d.]+) MiB")
+_BUFFER_PARTS = {"model": "weights", "KV": "kv_cache", "RS": "recurrent_state", "output": "output", "compute": "compute"}
+_load_buffers: list[tuple[str, str, int]] | None = None
 
 
 @ll.llama_log_callback
@@ -91,6 +87,8 @@ def _log_callback(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
         return
     if _layer_devices is not None and (said := _LAYER_LINE.search(message)):
         _layer_devices[int(said.group(1))] = said.group(2)
+    if _load_buffers is not None and (said := _BUFFER_LINE.search(message)):
+        _load_buffers.append((said.group(1), _BUFFER_PARTS[said.group(2)], round(float(said.group(3)) * 2**20)))
     if _log_level >= logging.WARNING:
         _recent_errors.append(message)
     # llama.cpp is chatty at INFO; keep it at DEBUG unless it is a problem.
@@ -157,8 +155,9 @@ class LlamaBackend:
             # Returning False from the callback cancels the load.
             self._progress = ll.llama_progress_callback(lambda value, _u: progress(value) is not False)
             mparams.progress_callback = self._progress
-        global _quiet_load, _layer_devices
+        global _quiet_load, _layer_devices, _load_buffers
         _recent_errors.clear()
+        _load_buffers = []
         _quiet_load = devices is not None
         if devices is not None:
             self._workers = rpc.hold(devices)  # from the load's first connection (close releases)
@@ -168,12 +167,15 @@ class LlamaBackend:
                        RS_SNAPSHOTS if rs_snapshots is None else max(0, rs_snapshots))
             if devices is not None:
                 self.layer_split = rpc.layer_split(_layer_devices, devices, ll.llama_model_n_layer(self._model))
+            # (device, part, bytes) of each buffer llama.cpp made for this model and its context
+            self.buffers: tuple[tuple[str, str, int], ...] = tuple(_load_buffers)
         except BaseException:
             self.close()  # what was made, and the workers held
             raise
         finally:
             _quiet_load = False
             _layer_devices = None
+            _load_buffers = None
 
     def _load(self, path: Path, mparams, n_ctx: int, n_threads: int, flash_attention: str,
               exact_batches: bool, rs_snapshots: int) -> None:
@@ -192,13 +194,13 @@ class LlamaBackend:
         branches = TREE_BRANCHES if self.memory == ATTENTION else 1
         cparams = ll.llama_context_default_params()
         cparams.n_ctx = n_ctx
-        cparams.n_batch = cparams.n_ubatch = min(n_ctx, 512)
+        cparams.n_batch = cparams.n_ubatch = min(n_ctx, BATCH)
         cparams.n_seq_max = branches
         cparams.kv_unified = branches > 1  # coupled sequences (a tree) need it: no sequential split
         cparams.n_rs_seq = rs_snapshots if self.memory != ATTENTION else 0
         cparams.n_threads = cparams.n_threads_batch = threads
         cparams.no_perf = True
-        float_weights = self._meta("general.file_type") in _FLOAT_FILE_TYPES
+        float_weights = self.model_file.file_type in FLOAT_FILE_TYPES
         cparams.flash_attn_type = _flash_attn_type(flash_attention, mparams.n_gpu_layers,
                                                    exact=exact_batches and not float_weights)
         self._ctx = ll.llama_init_from_model(self._model, cparams)
@@ -709,30 +711,12 @@ def _leaf_sequences(parents: list[int]) -> list[list[int]]:
     return seqs
 
 
-# general.file_type of unquantised models: F32, F16, BF16.
-_FLOAT_FILE_TYPES = {str(ll.LLAMA_FTYPE_ALL_F32), str(ll.LLAMA_FTYPE_MOSTLY_F16), str(ll.LLAMA_FTYPE_MOSTLY_BF16)}
-
-
 def _flash_attn_type(choice: str, n_gpu_layers: int, *, exact: bool) -> int:
-    """'on', 'off', or 'auto'. On a GPU of this machine, auto is llama.cpp's choice. On a
-    CPU (and on RPC workers, whose device kind ggml's RPC does not report), llama.cpp's
-    flash-attention kernel makes batched verification slower as the context grows (9 tokens after 1,000: 59 ms without it, 98 ms with it; demo target, 2 threads),
-    so auto turns it off, except where ``exact`` asks for batched logits identical to
-    single-token ones: without flash attention, a quantised model's batched logits come
-    out up to ~1 apart from its single-token ones (activations are rounded to 8 bits, so
-    the attention's different summation order grows), enough to flip near-ties between
-    verification and plain decoding; with it they match bit for bit. (Unquantised
-    weights are the other way round: without flash attention they are the closer, 0.01
-    apart against 0.03, so ``exact`` is not asked for them.)"""
-    if choice == "on":
-        return ll.LLAMA_FLASH_ATTN_TYPE_ENABLED
-    if choice == "off":
-        return ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
-    if choice != "auto":
-        raise ValueError(f"flash attention must be 'auto', 'on' or 'off', not {choice!r}")
-    if rpc.has_local_gpu() and n_gpu_layers > 0:
-        return ll.LLAMA_FLASH_ATTN_TYPE_AUTO
-    return ll.LLAMA_FLASH_ATTN_TYPE_ENABLED if exact else ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    """llama.cpp's flash-attention type for ``choice`` ('auto', 'on' or 'off'), decided by
+    ``app.engine.gguf.context_shape.flash_attention`` (which says why)."""
+    on = flash_attention(choice, gpu=rpc.has_local_gpu() and n_gpu_layers > 0, exact=exact)
+    return (ll.LLAMA_FLASH_ATTN_TYPE_AUTO if on is None else
+            ll.LLAMA_FLASH_ATTN_TYPE_ENABLED if on else ll.LLAMA_FLASH_ATTN_TYPE_DISABLED)
 
 
 def quantize(source: str | Path, dest: str | Path, ftype: str | None,

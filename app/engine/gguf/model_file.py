@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from app.engine.gguf.header import GGUFHeader, resolve_model_path, scan_header
 from app.engine.gguf.meta import ModelMetadata, metadata_from, metadata_key
+from app.engine.gguf.memory_estimate import HYPERPARAMETERS
 from app.engine.gguf.memory_kinds import memory_kind
 
 @dataclass(frozen=True)
@@ -51,6 +54,8 @@ class ModelFile:
     metadata: ModelMetadata = field(repr=False)
     n_layers: int | None        # {arch}.block_count
     memory_kind: str            # ATTENTION, RECURRENT or HYBRID: llama.cpp decides by the architecture's name (memory_kinds.py)
+    # Its {arch}.* sizes that the memory estimate reads (memory_estimate.HYPERPARAMETERS), prefix removed
+    hparams: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def architecture(self) -> str:
@@ -90,14 +95,21 @@ def open_model_file(path: str | os.PathLike[str] | ModelFile) -> ModelFile:
     known = _OPENED.get(resolved, identity)
     if known is not None:
         return known if known.path == given else replace(known, path=given)
-    header, values = scan_header(resolved, metadata_key, name=given)
+    header, values = scan_header(resolved, _wanted, name=given)
     metadata = metadata_from(given, header, values)
     arch = metadata.architecture
     layers = values.get(f"{arch}.block_count") if arch else None
+    hparams = {key[len(arch) + 1:]: value for key, value in values.items() if arch and key.startswith(arch + ".")}
     opened = ModelFile(path=given, resolved=resolved, identity=identity, header=header, metadata=metadata,
-                       n_layers=layers if type(layers) is int else None, memory_kind=memory_kind(arch))
+                       n_layers=layers if type(layers) is int else None, memory_kind=memory_kind(arch),
+                       hparams=hparams)
     _OPENED.put(opened)
     return opened
+
+
+def _wanted(key: str) -> bool:
+    """The keys a load decodes: the metadata's, and the sizes the memory estimate reads."""
+    return metadata_key(key) or key.partition(".")[2] in HYPERPARAMETERS
 
 
 class _Opened:

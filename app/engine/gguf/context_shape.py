@@ -1,0 +1,74 @@
+"""The context Tandem creates for a model: decided here once, for the backend that
+creates it and for the memory plan that sizes it before it exists."""
+
+from __future__ import annotations
+
+import os
+
+from app.engine.gguf.memory_estimate import ContextShape
+from app.engine.gguf.memory_kinds import ATTENTION, RS_ROLLBACK, RS_SNAPSHOTS_DEFAULT
+
+# Tokens llama.cpp takes in one batch (and one ubatch): a prompt is read this many at a time.
+BATCH = 512
+# Sequences a context holds: one per leaf of a token tree. A unified KV cache keeps the
+# cells of every sequence in one buffer, so the shared prefix is stored once (a
+# sequence copy only tags cells) and a single sequence runs exactly as with one.
+# TANDEM_TREE_BRANCHES=1 makes single-sequence contexts as before trees (no trees then), to
+# measure the two against each other.
+TREE_BRANCHES = max(1, int(os.environ.get("TANDEM_TREE_BRANCHES", "8") or 8))
+# Recurrent-state snapshots llama.cpp keeps per sequence (``n_rs_seq``) where the
+# architecture has them (lfm2, qwen35, nemotron_h ...; clamped to 0 elsewhere): a
+# verification of up to this many drafts then rolls back with no checkpoint. Each is
+# one more copy of the recurrent state in memory. A draft model gets none (its steps
+# are single tokens, which leave no snapshots to roll back through).
+RS_SNAPSHOTS = max(0, int(os.environ.get("TANDEM_RS_SNAPSHOTS", str(RS_SNAPSHOTS_DEFAULT)) or 0))
+# general.file_type of unquantised models: F32, F16, BF16 (llama_ftype 0, 1, 32).
+FLOAT_FILE_TYPES = frozenset({0, 1, 32})
+FLASH_ATTENTION = ("auto", "on", "off")
+
+
+def flash_attention(choice: str, *, gpu: bool, exact: bool) -> bool | None:
+    """Whether a context runs flash attention: True, False, or None for llama.cpp's own
+    choice. ``gpu``: its layers are on a GPU of this machine; ``exact``: batched logits
+    must equal single-token ones.
+
+    On a GPU, auto is llama.cpp's choice. On a CPU (and on RPC workers, whose device kind
+    ggml's RPC does not report), llama.cpp's flash-attention kernel makes batched
+    verification slower as the context grows (9 tokens after 1,000: 59 ms without it, 98
+    ms with it; demo target, 2 threads), so auto turns it off, except where ``exact``
+    asks for batched logits identical to single-token ones: without flash attention, a
+    quantised model's batched logits come out up to ~1 apart from its single-token ones
+    (activations are rounded to 8 bits, so the attention's different summation order
+    grows), enough to flip near-ties between verification and plain decoding; with it
+    they match bit for bit. (Unquantised weights are the other way round: without flash
+    attention they are the closer, 0.01 apart against 0.03, so ``exact`` is not asked
+    for them.)"""
+    if choice == "on":
+        return True
+    if choice == "off":
+        return False
+    if choice != "auto":
+        raise ValueError(f"flash attention must be 'auto', 'on' or 'off', not {choice!r}")
+    if gpu:
+        return None
+    return exact
+
+
+def context_shape(memory_kind: str, architecture: str, file_type: int | None, n_ctx: int, *,
+                  draft: bool, flash: str = "auto", gpu: bool = False,
+                  rs_snapshots: int | None = None) -> ContextShape:
+    """The context for a model of ``memory_kind`` and ``architecture`` as a target (or a
+    ``draft``): its batch, its sequences, its snapshots and its flash attention.
+    ``rs_snapshots``: snapshots to ask for (None: ``RS_SNAPSHOTS`` for a target, none
+    for a draft, whose single-token steps leave none to use)."""
+    batch = min(n_ctx, BATCH)
+    # A recurrent state per sequence: a tree would need one per branch, and each
+    # sequence costs a whole state. One sequence, no trees.
+    attention = memory_kind == ATTENTION
+    snapshots = (0 if draft else RS_SNAPSHOTS) if rs_snapshots is None else max(0, rs_snapshots)
+    # llama.cpp clamps the snapshots to 0 on an architecture that has none.
+    n_rs_seq = snapshots if not attention and architecture in RS_ROLLBACK else 0
+    exact = not draft and file_type not in FLOAT_FILE_TYPES
+    fa = flash_attention(flash, gpu=gpu, exact=exact)
+    return ContextShape(n_ctx=n_ctx, n_batch=batch, n_ubatch=batch, n_seq_max=TREE_BRANCHES if attention else 1,
+                        n_rs_seq=n_rs_seq, flash_attn=True if fa is None else fa)
