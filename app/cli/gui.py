@@ -18,7 +18,7 @@ from app.logs import FILE_ONLY
 
 # Command-line model options (app.cli.main) and the defaults they have when not given.
 _OVERRIDES = (("target", "target_path", None), ("draft", "draft_path", None), ("drafter", "drafter", DrafterKind.MODEL),
-              ("n_ctx", "n_ctx", 4096), ("threads", "n_threads", 0), ("gpu_layers", "target_gpu_layers", -1),
+              ("n_ctx", "n_ctx", 4096), ("threads", "n_threads", 0), ("gpu_layers", "target_gpu_layers", "auto"),
               ("draft_gpu_layers", "draft_gpu_layers", None), ("flash_attn", "flash_attention", "auto"))
 
 

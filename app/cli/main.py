@@ -71,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_parser(subcommands, add_model_arguments, add_sampling_arguments)
     from app.cli import worker_command  # the worker command defines its own options
     worker_command.add_parser(subcommands)
+    from app.cli import fit_command  # the fit command defines its own options
+    fit_command.add_parser(subcommands)
     return parser
 
 
@@ -105,6 +107,10 @@ def run(argv: Sequence[str] | None = None) -> int:
             print("tandem: no display found; starting the terminal chat instead", file=sys.stderr)
             args = parser.parse_args([*argv, "chat"])
             command = "chat"
+        if command == "fit":  # headers and free memory only: nothing loads
+            from app.cli.fit_command import cmd_fit
+
+            return cmd_fit(args)
         ensure_llama_runs()  # everything below loads models
         if args.self_test:
             from app.cli.selftest import run_self_test

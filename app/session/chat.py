@@ -40,6 +40,13 @@ class LoadInfo:
     n_ctx_train: int = 0       # the context the target was trained on (0: unknown)
     chat_format: str = ""      # the built-in chat format in use; '' for the file's own template
     chat_format_notice: str = ""  # said once: no usable template in the file, which format stands in
+    # The memory plan the load followed (app/session/fit.py): one line, what it put on the
+    # GPU and in all, and what llama.cpp then allocated (its buffers, both models).
+    memory_plan: str = ""
+    planned_gpu_bytes: int = 0
+    planned_bytes: int = 0
+    allocated_bytes: int = 0
+    gpu_layers: tuple[int, int] = (0, 0)  # target's and draft's layers given to llama.cpp (-1: all)
 
 
 class ChatPrompt(NamedTuple):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from app.engine.types import COPY_MIN, DrafterKind, SamplingConfig, SpecConfig
 from app.storage.settings import Settings, chat_format_for
@@ -19,8 +20,8 @@ class ModelSpec:
     draft_path: str = ""
     drafter: DrafterKind = DrafterKind.MODEL
     n_ctx: int = 4096
-    target_gpu_layers: int = -1
-    draft_gpu_layers: int = -1
+    target_gpu_layers: int | Literal["auto"] = "auto"  # "auto": planned before loading (app/session/fit.py)
+    draft_gpu_layers: int | Literal["auto"] = "auto"
     n_threads: int = 0
     flash_attention: str = "auto"
     chat_format: str = ""   # a llama.cpp built-in chat format for the target; '' its own template

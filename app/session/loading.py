@@ -5,13 +5,16 @@ Slow (provisioning the demo pair, reading weights): call it off any UI thread.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from app.engine.gguf.header import shown_name
 from app.engine.types import DrafterKind
 from app.session.chat import ChatSession, LoadInfo
+from app.engine.gguf.memory_plan import AUTO, PairPlan
 from app.session.config import ModelSpec
+from app.session.fit import FitError, describe, gpu_layers_for_load, plan_files, read_machine, refusal
 
 # (what is happening, done, total) -> False to cancel. total 1.0 for a fraction, a byte
 # count for a download, 0 when unknown.
@@ -37,6 +40,28 @@ def resolve_paths(spec: ModelSpec, progress: Progress | None = None) -> tuple[Pa
     return pair.target, Path(spec.draft_path) if spec.draft_path else pair.draft
 
 
+@dataclass(frozen=True)
+class PlannedLoad:
+    plan: PairPlan
+    target_layers: int   # what llama.cpp is given (-1: all)
+    draft_layers: int
+
+
+def plan_load(spec: ModelSpec, target: Path, draft: Path | None, *, build_has_gpu: bool) -> PlannedLoad:
+    """The memory plan of a load (app/session/fit.py): ``"auto"`` GPU layers become numbers,
+    and a pair that cannot fit this machine is refused here, in one line, before llama.cpp
+    reads a byte of it. A file that is not a model is left for the load to refuse."""
+    machine = read_machine(build_has_gpu=build_has_gpu)
+    target_asked = spec.target_gpu_layers if not spec.rpc_workers else (
+        -1 if spec.target_gpu_layers == AUTO else spec.target_gpu_layers)  # workers take what the GPU does not
+    plan = plan_files(target, draft, n_ctx=spec.n_ctx, machine=machine, target_gpu_layers=target_asked,
+                      draft_gpu_layers=spec.draft_gpu_layers, flash_attention=spec.flash_attention)
+    if not plan.fits and not spec.rpc_workers:
+        raise FitError(f"{shown_name(target)}: {refusal(plan, spec.n_ctx)}")
+    return PlannedLoad(plan, gpu_layers_for_load(plan.target, target_asked, machine),
+                       gpu_layers_for_load(plan.draft, spec.draft_gpu_layers, machine))
+
+
 def load_session(spec: ModelSpec, progress: Progress | None = None) -> ChatSession:
     """Provision the demo pair when asked for it, then load with llama.cpp."""
     from app.backends import rpc
@@ -44,6 +69,8 @@ def load_session(spec: ModelSpec, progress: Progress | None = None) -> ChatSessi
     from app.backends.loader import load_pair
 
     target, draft = resolve_paths(spec, progress)
+    planned = plan_load(spec, target, draft if spec.drafter == DrafterKind.MODEL else None,
+                        build_has_gpu=rpc.has_local_gpu())
 
     def loading(what: str, fraction: float) -> bool | None:
         if progress is None:
@@ -51,7 +78,7 @@ def load_session(spec: ModelSpec, progress: Progress | None = None) -> ChatSessi
         return progress(f"Loading {what} model", fraction, 1.0)
 
     pair = load_pair(target, draft, drafter=spec.drafter, n_ctx=spec.n_ctx,
-                     target_gpu_layers=spec.target_gpu_layers, draft_gpu_layers=spec.draft_gpu_layers,
+                     target_gpu_layers=planned.target_layers, draft_gpu_layers=planned.draft_layers,
                      n_threads=spec.n_threads, flash_attention=spec.flash_attention, progress=loading,
                      rpc_workers=spec.rpc_workers, tensor_split=spec.tensor_split, through_text=spec.through_text)
     speculating = pair.engine.drafter is not None
@@ -67,7 +94,12 @@ def load_session(spec: ModelSpec, progress: Progress | None = None) -> ChatSessi
         compute=system_info()["backend"], workers=spec.rpc_workers,
         layers=tuple(getattr(pair.target, "layer_split", ())),
         worker_rtt=rpc.round_trips(spec.rpc_workers) if spec.rpc_workers else (),
-        n_ctx=int(getattr(pair.target, "n_ctx", 0) or 0), n_ctx_train=int(getattr(pair.target, "n_ctx_train", 0) or 0))
+        n_ctx=int(getattr(pair.target, "n_ctx", 0) or 0), n_ctx_train=int(getattr(pair.target, "n_ctx_train", 0) or 0),
+        memory_plan=describe(planned.plan), planned_gpu_bytes=planned.plan.gpu_bytes,
+        planned_bytes=planned.plan.bytes,
+        allocated_bytes=sum(b for model in (pair.target, pair.draft) if model is not None
+                            for _, _, b in getattr(model, "buffers", ())),
+        gpu_layers=(planned.target_layers, planned.draft_layers))
     session = ChatSession(pair, info)
     session.set_chat_format(spec.chat_format)
     return session

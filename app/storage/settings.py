@@ -267,8 +267,12 @@ class Settings:
         "running the draft model.", _flag)
     # Hardware
     # Upper bounds as on the command line: llama.cpp keeps these in 32 bits or fewer.
-    target_gpu_layers: int = option(-1, "Target layers offloaded to the GPU (-1: all).", _integer(-1, 100_000))
-    draft_gpu_layers: int = option(-1, "Draft layers offloaded to the GPU (-1: all).", _integer(-1, 100_000))
+    target_gpu_layers: int | Literal["auto"] = option(
+        "auto", "Target layers on the GPU ('auto': as many as fit beside the draft, planned before "
+        "loading; -1: all).", _auto_or(_integer(-1, 100_000)))
+    draft_gpu_layers: int | Literal["auto"] = option(
+        "auto", "Draft layers on the GPU ('auto': all of them if they fit, planned before loading; -1: all).",
+        _auto_or(_integer(-1, 100_000)))
     n_ctx: int = option(4096, "Context size in tokens.", _integer(256, 2**24))
     n_threads: int = option(0, "CPU threads (0: adaptive, fewer while other programs keep cores busy).",
                             _integer(0, 1024))

@@ -51,6 +51,13 @@ def draft_max_value(value: str) -> int | str:
     return whole(low, high, what="a whole number or 'auto'")(value)
 
 
+def gpu_layers_value(value: str) -> int | str:
+    """'auto' (as many as fit, planned before loading) or a number of layers (-1: all)."""
+    if value == "auto":
+        return value
+    return whole(-1, 100_000, what="a whole number or 'auto'")(value)
+
+
 def seed_value(value: str) -> int | None:
     """-1 (or nothing) is a new random seed each run, as in llama.cpp."""
     n = whole(-1, 2**63 - 1)(value)

@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from app.terminal.arg_types import draft_max_value, real, seed_value, tensor_split, whole, worker_list
+from app.terminal.arg_types import draft_max_value, gpu_layers_value, real, seed_value, tensor_split, whole, worker_list
 from app.engine.types import DrafterKind, SamplingConfig, SpecConfig
 from app.errors import TandemError
 from app.logs import FILE_ONLY
@@ -46,9 +46,11 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, in_command: bool = T
                             "programs keep cores busy; N: always N)")
     group.add_argument("--flash-attn", choices=["auto", "on", "off"], default=default("auto"),
                        help="flash attention (default: auto, off on a CPU where it slows long prompts)")
-    group.add_argument("--gpu-layers", "-ngl", "--n-gpu-layers", type=whole(-1, 100_000), metavar="N", default=default(-1),
-                       help="target layers offloaded to the GPU (default: -1, all)")
-    group.add_argument("--draft-gpu-layers", "-ngld", "--n-gpu-layers-draft", type=whole(-1, 100_000), metavar="N",
+    group.add_argument("--gpu-layers", "-ngl", "--n-gpu-layers", type=gpu_layers_value, metavar="N|auto",
+                       default=default("auto"),
+                       help="target layers offloaded to the GPU (default: auto, as many as fit beside the draft, "
+                            "planned before loading: see 'tandem fit'; -1: all)")
+    group.add_argument("--draft-gpu-layers", "-ngld", "--n-gpu-layers-draft", type=gpu_layers_value, metavar="N|auto",
                        default=default(None), help="draft layers offloaded to the GPU (default: as --gpu-layers)")
     group.add_argument("--rpc", type=worker_list, metavar="HOST:PORT,...", default=default(()),
                        help="split the target's layers over these llama.cpp RPC workers ('tandem worker' on each "
@@ -176,7 +178,7 @@ def chat_format(args: argparse.Namespace) -> str:
     return chosen
 
 
-def draft_gpu_layers(args: argparse.Namespace) -> int:
+def draft_gpu_layers(args: argparse.Namespace) -> int | str:
     chosen = getattr(args, "draft_gpu_layers", None)
     return args.gpu_layers if chosen is None else chosen
 

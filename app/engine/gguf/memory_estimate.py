@@ -109,6 +109,7 @@ class MemoryEstimate:
     compute_output: int      # the graph's scratch for the logits
     output_buffer: int
     checkpoints: int         # Tandem's saved recurrent states: system memory, never the GPU
+    shape: ContextShape      # the context it was estimated for
 
     @property
     def n_layers(self) -> int:
@@ -231,7 +232,7 @@ def estimate_memory(tensors: Sequence[Any], hparams: Mapping[str, Any], n_vocab:
     return MemoryEstimate(
         layers=tuple(layers), input_weights=input_weights, output_weights=output_weights,
         tied_output=0 if has_head else embeddings, compute_layers=compute_layers, compute_output=compute_output,
-        output_buffer=n_vocab * max(1, shape.n_seq_max) * FLOAT_BYTES, checkpoints=checkpoints)
+        output_buffer=n_vocab * max(1, shape.n_seq_max) * FLOAT_BYTES, checkpoints=checkpoints, shape=shape)
 
 
 class _Hparams:
