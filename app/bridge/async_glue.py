@@ -9,6 +9,7 @@ kept referenced until done, so the garbage collector cannot cancel them half-way
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any, Callable
 
 import qasync
@@ -86,3 +87,35 @@ class PairChecker(QObject):
         except Exception as exc:  # noqa: BLE001 — a check must never take the window down
             ok, rule, reason = False, "file", one_line(exc)
         self.checked.emit(target, draft, ok, rule, reason)
+
+
+class MemoryPlanner(QObject):
+    """Answers "will this pair fit, and how is it split?" (``app.session.fit.plan_line``)
+    without blocking the window: ``planned(key, line)`` on the UI thread, ``key`` being
+    what the asker passed, so that an answer to an older question can be told apart.
+
+    A daemon thread per question, not the event loop's pool: the first-run screen asks
+    before any coroutine runs, and a plan reads only headers and NVML (milliseconds to a
+    second); a signal emitted from the thread is queued to the window's."""
+
+    planned = Signal(object, str)
+
+    def plan(self, key: object, target: str, draft: str, n_ctx: int, target_layers: object = "auto",
+             draft_layers: object = "auto", flash_attention: str = "auto") -> threading.Thread:
+        thread = threading.Thread(target=self._plan, name="memory-plan", daemon=True,
+                                  args=(key, target, draft, n_ctx, target_layers, draft_layers, flash_attention))
+        thread.start()
+        return thread
+
+    def _plan(self, key, target, draft, n_ctx, target_layers, draft_layers, flash_attention) -> None:
+        from app.session.fit import plan_line
+
+        try:
+            line = plan_line(target, draft, n_ctx=n_ctx, target_gpu_layers=target_layers,
+                             draft_gpu_layers=draft_layers, flash_attention=flash_attention)
+        except Exception as exc:  # noqa: BLE001 - a plan must never take the window down
+            line = f"Memory: not planned ({one_line(exc)})"
+        try:
+            self.planned.emit(key, line)
+        except RuntimeError:  # the asker (and this object) went while the plan was read
+            pass

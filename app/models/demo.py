@@ -41,6 +41,10 @@ STRICT_DRAFT_FILE = "SmolLM2-135M-Instruct.Q4_0.gguf"
 DOWNLOAD_BYTES = 93_000_000
 DRAFT_BYTES = 98_362_432
 TARGET_BYTES = 539_845_696
+# What the pair needs in memory with the context every front end makes (4,096 tokens):
+# weights, caches and llama.cpp's buffers, as ``tandem fit`` estimates them (a test holds
+# this to the estimate), said before the pair is on disk to estimate from.
+MEMORY_BYTES = 1_034_930_688
 WHEEL_PAGE = f"https://pypi.org/project/{WHEEL_PROJECT}/{WHEEL_VERSION}/"
 
 # (stage, done, total) — total 0 when unknown.

@@ -198,3 +198,29 @@ def describe(plan: PairPlan) -> str:
 def gb(n: int) -> str:
     """Bytes in decimal gigabytes, as memory is sold and shown: "7.9 GB" (MB below 1 GB)."""
     return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
+
+
+def plan_line(target: str, draft: str, *, n_ctx: int, target_gpu_layers: GpuLayers = AUTO,
+              draft_gpu_layers: GpuLayers = AUTO, flash_attention: str = "auto") -> str:
+    """``describe`` of the plan for the paths a front end holds ('' target: the demo pair,
+    when it is on disk; '' draft: none), prefixed "Memory: "; a file that cannot be read
+    is said in the line, never raised. Reads headers and NVML: call it off the UI thread."""
+    from app.errors import TandemError
+
+    if not target:
+        from app.models import demo
+
+        if not demo.is_provisioned():
+            machine = read_machine()
+            where = (f"fits on the GPU ({gb(machine.gpu_free)} free)" if machine.gpu_free > demo.MEMORY_BYTES * 1.2
+                     else f"runs on the CPU ({gb(machine.ram_free)} of memory available)")
+            return f"Memory: the demo pair needs {gb(demo.MEMORY_BYTES)} with its caches; {where}"
+        pair = demo.demo_pair()
+        target, draft = str(pair.target), draft or str(pair.draft)
+    try:
+        plan = plan_files(target, draft or None, n_ctx=n_ctx, machine=read_machine(),
+                          target_gpu_layers=target_gpu_layers, draft_gpu_layers=draft_gpu_layers,
+                          flash_attention=flash_attention)
+    except TandemError as exc:
+        return f"Memory: not planned ({exc})"
+    return "Memory: " + describe(plan)

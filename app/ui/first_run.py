@@ -61,12 +61,15 @@ class FirstRunScreen(QWidget):
         self.demo_button = QPushButton("Download the demo pair", self)
         self.demo_button.clicked.connect(self.demo_requested)
         self.demo_cost = self._plain(demo_cost())
+        self.demo_memory = self._plain("")  # the memory plan, once the window has read the machine
+        self.demo_memory.setObjectName("firstRunMemory")
+        self.demo_memory.hide()
         self.offline_label = self._plain(
             f"Offline? Download {WHEEL_NAME} elsewhere ({WHEEL_PAGE}) and choose it here, or choose a GGUF file below.")
         self.offline_label.setObjectName("firstRunOffline")
         self.wheel_button = QPushButton("Choose a downloaded wheel…", self)
         self.wheel_button.clicked.connect(self._choose_wheel)
-        layout.addWidget(self._card("Try the demo pair", self.demo_cost, self.demo_button,
+        layout.addWidget(self._card("Try the demo pair", self.demo_cost, self.demo_memory, self.demo_button,
                                     self.offline_label, self.wheel_button))
 
         self.target_button = QPushButton("Choose a target file…", self)
@@ -94,6 +97,11 @@ class FirstRunScreen(QWidget):
         self.status.setObjectName("firstRunStatus")
         self.status.hide()
         layout.addWidget(self.status)
+
+    def show_memory_plan(self, line: str) -> None:
+        """Will the demo pair fit this machine ("Memory: … fits on the GPU (8.1 GB free)")."""
+        self.demo_memory.setText(line)
+        self.demo_memory.setVisible(bool(line))
 
     def show_demo_failed(self, reason: str) -> None:
         """The demo could not be fetched: say why, and what to do, here in the window."""

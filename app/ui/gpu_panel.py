@@ -68,6 +68,13 @@ class GpuPanel(QWidget):
         self._layout.setContentsMargins(0, 0, 0, 0)
         self._layout.addWidget(self.message_label)
         self._status: GpuStatus | None = None
+        # The memory plan the models were loaded with, against what NVML then reports.
+        self.plan_label = QLabel("", self)
+        self.plan_label.setObjectName("gpuPlan")
+        self.plan_label.setWordWrap(True)
+        self.plan_label.hide()
+        self._layout.addWidget(self.plan_label)
+        self._plan: tuple[str, int, int] | None = None  # (plan line, planned GPU bytes, llama.cpp's bytes)
 
     @property
     def status(self) -> GpuStatus | None:
@@ -85,6 +92,33 @@ class GpuPanel(QWidget):
             row.show_snapshot(gpu)
         self.message_label.setText(status.message)
         self.message_label.setVisible(not gpus)
+        self._show_plan_line()
+
+    def show_plan(self, line: str, planned_gpu_bytes: int, allocated_bytes: int) -> None:
+        """The plan a load followed (``LoadInfo.memory_plan``), compared with what llama.cpp
+        allocated and, on a GPU, with what NVML says this app uses."""
+        self._plan = (line, planned_gpu_bytes, allocated_bytes) if line else None
+        self._show_plan_line()
+
+    def _show_plan_line(self) -> None:
+        if self._plan is None:
+            self.plan_label.hide()
+            return
+        line, planned_gpu, allocated = self._plan
+        parts = [f"Planned: {line}"]
+        if allocated:
+            parts.append(f"llama.cpp allocated {format_bytes(allocated)}")
+        status = self._status
+        used = [g.process_memory_bytes for g in status.gpus] if status is not None and status.available else []
+        if planned_gpu and used and all(u is not None for u in used):
+            parts.append(f"NVML: this app uses {format_bytes(sum(used))} of the {format_bytes(planned_gpu)} "
+                         "planned on the GPU")
+        self.plan_label.setText(" · ".join(parts))
+        self.plan_label.show()
+
+    @property
+    def plan_text(self) -> str:
+        return self.plan_label.text() if self._plan is not None else ""
 
     def _resize_rows(self, count: int) -> None:
         # Rows are reused across polls so the panel does not flicker every second.

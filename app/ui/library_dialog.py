@@ -9,7 +9,7 @@ One click ("Use this pair") emits the pair; "Check speculation" is offered right
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor
@@ -22,7 +22,7 @@ from app.library.scan import ScanResult
 from app.ui.chat_format_chooser import ChatFormatChooser
 
 MODEL_COLUMNS = ("Model", "Source", "Architecture", "Parameters", "Quantisation", "Size", "Context", "Status")
-DRAFT_COLUMNS = ("Draft", "Verdict", "Size", "Smaller by", "Why")  # the reason last: it gets the room
+DRAFT_COLUMNS = ("Draft", "Verdict", "Size", "Smaller by", "Memory", "Why")  # the reason last: it gets the room
 _PATH_ROLE = Qt.ItemDataRole.UserRole
 _REFUSED = QBrush(QColor("#8c959f"))
 
@@ -194,7 +194,9 @@ class LibraryDialog(QDialog):
         for column in range(len(MODEL_COLUMNS) - 1):
             self.models.resizeColumnToContents(column)
 
-    def show_drafts(self, target_path: str, candidates: Sequence[DraftCandidate]) -> None:
+    def show_drafts(self, target_path: str, candidates: Sequence[DraftCandidate],
+                    plans: Mapping[str, str] | None = None) -> None:
+        """``plans``: each draft's memory plan beside the target (app.session.fit.describe)."""
         if target_path != self.selected_target():
             return  # an answer for a target no longer chosen
         self.drafts.clear()
@@ -210,10 +212,12 @@ class LibraryDialog(QDialog):
             ratio = f"{candidate.size_ratio:.1f}×" if candidate.size_ratio > 0 else "—"
             verdict = ("through text" if candidate.through_text else "compatible") if candidate.compatible \
                 else "incompatible"
+            plan = (plans or {}).get(candidate.entry.path, "")
             item = QTreeWidgetItem([candidate.entry.name, verdict,
-                                    size_shown(candidate.entry.size), ratio, candidate.reason])
+                                    size_shown(candidate.entry.size), ratio, plan, candidate.reason])
             item.setData(0, _PATH_ROLE, candidate.entry.path)
-            item.setToolTip(4, candidate.reason)
+            item.setToolTip(4, plan)
+            item.setToolTip(5, candidate.reason)
             if not candidate.compatible:
                 item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsSelectable)
                 for column in range(len(DRAFT_COLUMNS)):

@@ -92,6 +92,21 @@ class CountSpinBox(QSpinBox):
             self.setSuffix(suffix)
 
 
+class LayerSpinBox(QSpinBox):
+    """GPU layers: "auto" (planned before loading) at the minimum, "all" one above it."""
+
+    AUTO, ALL = -2, -1
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setRange(self.AUTO, 999)
+        self.setSpecialValueText("auto")
+
+    def textFromValue(self, value: int) -> str:  # noqa: N802 - Qt's name
+        return "all" if value == self.ALL else super().textFromValue(value)
+
+
+
 def _spin(low: int, high: int, special: str = "", step: int = 1, unit: str = "") -> QSpinBox:
     box = CountSpinBox(unit) if unit else QSpinBox()
     box.setRange(low, high)
@@ -141,6 +156,9 @@ class PathEdit(QWidget):
 class SettingsDialog(QDialog):
     compatibility_check_requested = Signal(str, str)  # target path, draft path
     worker_test_requested = Signal(str)  # a remote worker's host:port (Hardware → Test)
+    # Will the models fit: (target, draft, n_ctx, target layers, draft layers, flash attention),
+    # answered by show_plan with the same tuple (app.session.fit.plan_line)
+    plan_requested = Signal(object)
 
     def __init__(self, settings: Settings, parent: QWidget | None = None, *,
                  chat_formats: Sequence[str] = ()) -> None:
@@ -168,6 +186,8 @@ class SettingsDialog(QDialog):
                     form.addRow(LABELS[name], editor)
             if page == "Models":
                 form.addRow("", self._compat_row())
+            if page == "Hardware":
+                form.addRow("", self._plan_row())
             self.tabs.addTab(form_page, page)
 
         self.error_label = QLabel(self)
@@ -198,6 +218,10 @@ class SettingsDialog(QDialog):
         self._check_timer.setSingleShot(True)
         self._check_timer.setInterval(_CHECK_DELAY_MS)
         self._check_timer.timeout.connect(self._request_check)
+        self._plan_timer = QTimer(self)
+        self._plan_timer.setSingleShot(True)
+        self._plan_timer.setInterval(_CHECK_DELAY_MS)
+        self._plan_timer.timeout.connect(self._request_plan)
         self.load(settings)
         self.editors["target_path"].line.textChanged.connect(self._paths_changed)
         self.editors["target_path"].line.textChanged.connect(
@@ -205,6 +229,9 @@ class SettingsDialog(QDialog):
         self.editors["draft_path"].line.textChanged.connect(self._paths_changed)
         self.editors["drafter"].currentIndexChanged.connect(self._paths_changed)
         self.editors["speculation"].toggled.connect(self._update_enabled)
+        for name in ("target_gpu_layers", "draft_gpu_layers", "n_ctx"):
+            self.editors[name].valueChanged.connect(self._plan_timer.start)
+        self.editors["flash_attention"].currentIndexChanged.connect(self._plan_timer.start)
         self._paths_changed()
         # As big as its contents ask, every page's labels whole: no fixed minimum (which
         # would stop the layout enforcing its own), and resized explicitly, since a window
@@ -258,6 +285,29 @@ class SettingsDialog(QDialog):
         self.compat_label.setWordWrap(True)
         return self.compat_label
 
+    # --- the memory plan -----------------------------------------------------------------------
+
+    def _plan_row(self) -> QLabel:
+        self.plan_label = QLabel("Memory: planning…", self)
+        self.plan_label.setObjectName("memoryPlan")
+        self.plan_label.setTextFormat(Qt.TextFormat.PlainText)  # file names and reasons
+        self.plan_label.setWordWrap(True)
+        return self.plan_label
+
+    def plan_question(self) -> tuple:
+        """What the plan line answers: the models and the hardware settings as edited."""
+        uses_model = _get_value(self.editors["drafter"]) == DrafterKind.MODEL
+        return (self.editors["target_path"].text(), self.editors["draft_path"].text() if uses_model else "",
+                self.editors["n_ctx"].value(), _get_value(self.editors["target_gpu_layers"]),
+                _get_value(self.editors["draft_gpu_layers"]), _get_value(self.editors["flash_attention"]))
+
+    def show_plan(self, question: tuple, line: str) -> None:
+        if question == self.plan_question():  # else an answer to an older question
+            self.plan_label.setText(line)
+
+    def _request_plan(self) -> None:
+        self.plan_requested.emit(self.plan_question())
+
     def _pair_to_check(self) -> tuple[str, str] | None:
         target, draft = self.editors["target_path"].text(), self.editors["draft_path"].text()
         if _get_value(self.editors["drafter"]) != DrafterKind.MODEL or not target or not draft:
@@ -266,6 +316,7 @@ class SettingsDialog(QDialog):
 
     def _paths_changed(self) -> None:
         self._update_enabled()
+        self._plan_timer.start()
         pair = self._pair_to_check()
         if pair is None:
             drafter = _get_value(self.editors["drafter"])
@@ -316,8 +367,8 @@ class SettingsDialog(QDialog):
             "min_p": _double(0.0, 1.0, 0.01),
             "seed": _spin(-1, 2**31 - 1, special="random"),
             "max_tokens": _spin(1, 131072, unit="token"),
-            "target_gpu_layers": _spin(-1, 999, special="all"),
-            "draft_gpu_layers": _spin(-1, 999, special="all"),
+            "target_gpu_layers": LayerSpinBox(),
+            "draft_gpu_layers": LayerSpinBox(),
             "n_ctx": _spin(256, 1 << 20, step=256, unit="token"),
             "n_threads": _spin(0, 256, special="automatic"),
             "flash_attention": _combo(FLASH_ATTENTION),
@@ -356,7 +407,7 @@ def _get_value(editor: QWidget) -> Any:
     if isinstance(editor, QCheckBox):
         return editor.isChecked()
     if isinstance(editor, QSpinBox):
-        if editor.objectName() == "draft_max" and editor.value() == editor.minimum():
+        if editor.specialValueText() == "auto" and editor.value() == editor.minimum():
             return "auto"
         return editor.value()
     if isinstance(editor, QDoubleSpinBox):

@@ -15,6 +15,7 @@ from typing import Callable
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QBoxLayout, QWidget
 
+from app.bridge.async_glue import MemoryPlanner
 from app.bridge.worker import EngineClient
 from app.engine.gguf.header import shown_name
 from app.models.demo import DOWNLOAD_BYTES, needs_first_run  # noqa: F401 — the window asks it here
@@ -67,6 +68,11 @@ class FirstRunController(QObject):
         screen.make_draft_chosen.connect(self.make_draft)
         screen.make_draft_cancelled.connect(self.cancel_draft)
         screen.scan_requested.connect(lambda: self._open_library(None))
+        settings = self._settings()
+        self._planner = MemoryPlanner(self)
+        self._planner.planned.connect(lambda _key, line: self._on_screen("show_memory_plan", line))
+        self._planner.plan("demo", "", "", settings.n_ctx, settings.target_gpu_layers, settings.draft_gpu_layers,
+                           settings.flash_attention)
         self.client.loaded.connect(self._loaded)
         self.client.load_failed.connect(self._load_failed)
         self.screen = screen

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import QMenu, QWidget
 from app.bridge.worker import EngineClient
 from app.engine.gguf.header import shown_name
 from app.library.drafts import find_drafts
+from app.session.fit import describe, plan_files, read_machine
 from app.library.entries import read_entry
 from app.library.locations import FOLDER
 from app.library.scan import ScanResult, library_locations, scan_library
@@ -31,6 +32,27 @@ from app.ui.library_dialog import LibraryDialog
 from app.window.draft_task import DraftTask
 
 log = logging.getLogger(__name__)
+
+
+PLANNED_MOST = 12  # drafts given a memory plan in the finder (the best first)
+
+
+def memory_plans(target: str, drafts: list[str], settings: Settings) -> dict[str, str]:
+    """{draft path: describe(plan)} of each draft beside ``target`` at the settings' context
+    and GPU layers; a file that cannot be planned is left out (its verdict says why)."""
+    from app.errors import TandemError
+
+    machine = read_machine()
+    plans = {}
+    for draft in drafts:
+        try:
+            plans[draft] = describe(plan_files(target, draft, n_ctx=settings.n_ctx, machine=machine,
+                                               target_gpu_layers=settings.target_gpu_layers,
+                                               draft_gpu_layers=settings.draft_gpu_layers,
+                                               flash_attention=settings.flash_attention))
+        except TandemError:
+            continue
+    return plans
 
 
 class _Job(QObject):
@@ -168,7 +190,16 @@ class LibraryController(QObject):
             return
         if self._drafts is not None:
             self._drafts.cancel.set()  # its answer is for a target no longer chosen; the dialog drops it
-        self._drafts = job = _Job(lambda job: (target_path, find_drafts(target, entries)), self)
+        settings = self._settings()
+
+        def work(job: _Job) -> tuple:
+            candidates = find_drafts(target, entries)
+            # Each usable draft's memory plan beside the target (headers only; one NVML read)
+            plans = memory_plans(target_path, [c.entry.path for c in candidates if c.compatible][:PLANNED_MOST],
+                                 settings)
+            return target_path, candidates, plans
+
+        self._drafts = job = _Job(work, self)
         job.done.connect(self._drafts_found)
         job.start()
 
@@ -287,9 +318,9 @@ class LibraryController(QObject):
         if isinstance(answer, str):
             self._say(answer, 8000)
             return
-        target_path, candidates = answer
+        target_path, candidates, plans = answer
         if self.dialog is not None:
-            self.dialog.show_drafts(target_path, candidates)
+            self.dialog.show_drafts(target_path, candidates, plans)
 
     # --- internals ------------------------------------------------------------------------
 

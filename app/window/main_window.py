@@ -131,6 +131,8 @@ class MainWindow(QMainWindow):
 
         self.gpu_poller = gpu_poller or GpuPoller(parent=self)
         self.gpu_poller.status_changed.connect(self.side_panel.gpu.show_status)
+        self.client.loaded.connect(lambda info: self.side_panel.gpu.show_plan(
+            info.memory_plan, info.planned_gpu_bytes, info.allocated_bytes))
         self.gpu_poller.start()
         if first_run and needs_first_run(self.settings):
             self.steering.first_run.start()

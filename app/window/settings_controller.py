@@ -12,7 +12,7 @@ from __future__ import annotations
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QWidget
 
-from app.bridge.async_glue import PairChecker
+from app.bridge.async_glue import MemoryPlanner, PairChecker
 from app.errors import TandemError
 from app.session.config import chat_format_names
 from app.storage.settings import LoadedSettings, Settings, save_settings
@@ -36,6 +36,8 @@ class SettingsController(QObject):
         self._dialog_parent = dialog_parent
         self._pair_checker = PairChecker(self)
         self._pair_checker.checked.connect(self._show_pair_check)
+        self._planner = MemoryPlanner(self)
+        self._planner.planned.connect(self._show_plan)
         self._worker_tester = WorkerTester(self)
         self._worker_tester.tested.connect(self._show_worker_test)
 
@@ -75,6 +77,7 @@ class SettingsController(QObject):
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.compatibility_check_requested.connect(self._pair_checker.check)
         dialog.worker_test_requested.connect(self._worker_tester.test)
+        dialog.plan_requested.connect(lambda question: self._planner.plan(question, *question))
         dialog.accepted.connect(lambda: self.apply(dialog.settings()))
         dialog.finished.connect(lambda _result: self._forget_dialog(dialog))
         self.dialog = dialog
@@ -84,6 +87,10 @@ class SettingsController(QObject):
     def _show_pair_check(self, target: str, draft: str, ok: bool, rule: object, reason: str) -> None:
         if self.dialog is not None:
             self.dialog.show_compatibility(target, draft, ok, rule, reason)
+
+    def _show_plan(self, question: object, line: str) -> None:
+        if self.dialog is not None:
+            self.dialog.show_plan(question, line)
 
     def _show_worker_test(self, endpoint: str, ok: bool, line: str) -> None:
         if self.dialog is not None:

@@ -36,7 +36,7 @@ def test_missing_file_gives_defaults_quietly():
 def test_defaults_match_the_declaration():
     defaults = Settings()
     assert defaults.drafter == "model" and defaults.draft_max == "auto" and defaults.n_ctx == 4096
-    assert defaults.top_p == 0.95 and defaults.target_gpu_layers == -1 and defaults.speculation is True
+    assert defaults.top_p == 0.95 and defaults.target_gpu_layers == "auto" and defaults.speculation is True
     for option in options():
         assert option.description.strip(), f"{option.name} has no description"
         assert getattr(defaults, option.name) == option.default

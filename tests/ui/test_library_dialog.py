@@ -57,7 +57,7 @@ def test_one_click_sets_the_best_pair_then_offers_the_check(qtbot, scanned):
     assert dialog.drafts.topLevelItem(0).text(0) == "tiny:latest" and dialog.selected_draft()
     assert "compatible" in dialog.drafts_label.text() and "3 through text" in dialog.drafts_label.text()
     diff = row(dialog.drafts, "org/Diff-GGUF/diff.gguf")
-    assert diff.text(1) == "through text" and "token 10 differs" in diff.text(4)
+    assert diff.text(1) == "through text" and "token 10 differs" in diff.text(5)
     assert dialog.drafts.topLevelItem(0).text(3).endswith("×")
     assert diff.flags() & Qt.ItemFlag.ItemIsSelectable  # another vocabulary drafts through text
 

@@ -101,7 +101,7 @@ def test_make_a_draft_in_the_library_then_the_pair_is_set(qtbot, library, target
     dialog.select_target(target)
     qtbot.waitUntil(lambda: dialog.drafts.topLevelItemCount() > 0, timeout=TIMEOUT_MS)
     first = dialog.drafts.topLevelItem(0)
-    assert first.text(4).startswith("made from this model (Q2_K)")  # the target is already 4-bit
+    assert first.text(5).startswith("made from this model (Q2_K)") and first.text(4).startswith("runs on the CPU")  # the target is already 4-bit
 
 
 def test_cancel_in_the_library_keeps_nothing(qtbot, library, target_folder):
