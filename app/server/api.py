@@ -48,7 +48,11 @@ def create_app(worker: EngineWorker, *, model_id: str, defaults: Defaults, info=
     @app.get("/health")
     async def health():
         return {"status": "ok", "model": model_id, "draft": getattr(info, "draft_name", ""),
-                "speculation": bool(getattr(info, "speculation_available", False)), "waiting": worker.waiting}
+                "speculation": bool(getattr(info, "speculation_available", False)), "waiting": worker.waiting,
+                # the memory plan the models were loaded with (app/session/fit.py)
+                "memory": {"plan": getattr(info, "memory_plan", ""), "gpu_layers": list(getattr(info, "gpu_layers", ())),
+                           "planned_gpu_bytes": getattr(info, "planned_gpu_bytes", 0),
+                           "allocated_bytes": getattr(info, "allocated_bytes", 0)}}
 
     model = {"id": model_id, "object": "model", "created": created, "owned_by": "tandem"}
 

@@ -63,10 +63,11 @@ class Machine:
         return self.gpu_free > 0
 
 
-def read_machine(gpu_memory: int | None = None, *, build_has_gpu: bool = False) -> Machine:
+def read_machine(gpu_memory: int | None = None, *, build_has_gpu: bool = False, nvml: object = None) -> Machine:
     """This machine's free GPU and system memory. ``gpu_memory``: plan for a GPU with that
     much free instead (else ``TANDEM_GPU_MEMORY``, else NVML). ``build_has_gpu``: llama.cpp
-    was built for a GPU (CUDA, Metal, ...), whose memory NVML may not see."""
+    was built for a GPU (CUDA, Metal, ...), whose memory NVML may not see. ``nvml``: the
+    NVML module (None: pynvml; tests stand in one for a GPU this machine lacks)."""
     ram = available_ram()
     if gpu_memory is None and os.environ.get(GPU_MEMORY_ENV, "").strip():
         try:
@@ -77,7 +78,7 @@ def read_machine(gpu_memory: int | None = None, *, build_has_gpu: bool = False) 
         return Machine("simulated GPU", gpu_memory, ram) if gpu_memory > 0 else Machine("CPU", 0, ram)
     from app.gpu.monitor import GpuMonitor
 
-    monitor = GpuMonitor()
+    monitor = GpuMonitor(nvml)
     try:
         status = monitor.poll()
     finally:
@@ -162,6 +163,9 @@ def gpu_layers_for_load(plan_part: ModelPlan | None, asked: GpuLayers, machine: 
 def refusal(plan: PairPlan, n_ctx: int) -> str:
     """The one line that refuses a pair that does not fit (``plan.fits`` is False)."""
     what = "the pair" if plan.draft is not None else "the model"
+    if plan.gpu_free and plan.gpu_bytes > plan.gpu_free:
+        return (f"the GPU layers asked for put {gb(plan.gpu_bytes)} on the GPU, which has {gb(plan.gpu_free)} "
+                "free; set the GPU layers to auto, or fewer")
     where = (f"{gb(plan.gpu_free)} free on the GPU and {gb(plan.ram_free)} of system memory"
              if plan.gpu_free else f"{gb(plan.ram_free)} of system memory available")
     line = f"{what} needs {gb(plan.bytes)} at a {n_ctx:,}-token context; this machine has {where}"
@@ -175,6 +179,8 @@ def refusal(plan: PairPlan, n_ctx: int) -> str:
 def describe(plan: PairPlan) -> str:
     """One line for a person: "fits on the GPU: 7.9 of 11.2 GB", "28 of 40 target layers
     on the GPU", "runs on the CPU (1.2 GB of 20.1 GB)", or what does not fit."""
+    if not plan.fits and plan.gpu_free and plan.gpu_bytes > plan.gpu_free:
+        return f"does not fit: {gb(plan.gpu_bytes)} asked for on the GPU, which has {gb(plan.gpu_free)} free"
     if not plan.fits:
         line = f"does not fit: needs {gb(plan.bytes)}"
         return line + (f"; fits at a {plan.smaller_context:,}-token context" if plan.smaller_context else "")
@@ -189,7 +195,9 @@ def describe(plan: PairPlan) -> str:
     for name, m in (("target", plan.target), ("draft", plan.draft)):
         if m is None or m.whole:
             continue
-        parts.append(f"{min(m.gpu_layers, m.layers)} of {m.layers} {name} layers on the GPU")
+        # As llama.cpp counts them: the output head is the last layer (for a large vocabulary
+        # the dearest, with the logits' scratch)
+        parts.append(f"{m.gpu_layers} of {m.layers + 1} {name} layers on the GPU")
     if plan.draft is not None and plan.draft.whole:
         parts.append("the draft wholly")
     return "; ".join(parts) + f" ({gb(plan.gpu_bytes)} of {gb(plan.gpu_free)})"

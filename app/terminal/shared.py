@@ -194,6 +194,8 @@ def load(args: argparse.Namespace, progress: TerminalProgress | None = None):
         if progress:
             progress.done()
     say_chat_format(session.info, spec)
+    if session.info.planned_gpu_bytes:  # on a CPU alone the plan has nothing to say
+        print(f"tandem: memory: {session.info.memory_plan}", file=sys.stderr)
     return session
 
 
