@@ -119,3 +119,18 @@ def test_a_file_name_that_is_not_utf8(home, tmp_path):
     missing = os.fsdecode(folder + b"/missing-\xfd.gguf")
     result, _ = tandem(home, "generate", "--target", os.fsencode(missing), "--prompt", PROMPT)
     assert "missing-\\xfd.gguf: does not exist" in error_line(result)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_fit_plans_or_refuses_in_one_line(home, honest, tmp_path, name):
+    """``tandem fit`` reads only the header: a file the header check refuses is one line;
+    one only a trial load catches (fit loads nothing) is planned, never a traceback."""
+    spec, reason = CASES[name]
+    path = write_model(tmp_path / f"{name}.gguf", spec)
+    result, seconds = tandem(home, "fit", str(path), str(honest), "--gpu-memory", "1GiB")
+    assert seconds < LIMIT_S and b"Traceback" not in result.stderr
+    if name in TRIAL_ONLY:
+        assert result.returncode in (0, 1) and result.stdout.strip(), result.stderr
+    else:
+        line = error_line(result)
+        assert f"{name}.gguf: " in line and reason in line, line

@@ -116,3 +116,20 @@ def test_a_split_puts_the_last_layers_and_then_the_head_on_the_gpu(demo_models):
     assert estimate.ram_bytes(-1) == estimate.input_weights + estimate.output_buffer
     for g in (0, 1, n // 2, n, n + 1):
         assert estimate.gpu_bytes(g) + estimate.ram_bytes(g) >= estimate.bytes  # scratch on both sides
+
+
+@pytest.mark.parametrize("hparams", [
+    {}, {"block_count": -3}, {"block_count": 10**12}, {"block_count": True, "embedding_length": 64},
+    {"block_count": 2, "embedding_length": -64, "attention.head_count": 0, "attention.head_count_kv": [0, "x"]},
+    {"block_count": 2, "attention.head_count": [4.5, None], "feed_forward_length": ["a", -1, 2**40],
+     "ssm.conv_kernel": -4, "ssm.inner_size": 2**63, "wkv.head_size": 0},
+])
+def test_a_hostile_header_is_estimated_without_an_error(hparams):
+    """Whatever a file's sizes say, the estimate is a number (the header check and the
+    trial load refuse the file where llama.cpp would); never an exception or a hang."""
+    tensors = [_Tensor("token_embd.weight", 10), _Tensor("blk.0.attn_k.weight", 5), _Tensor("blk.99.ssm_a", 5)]
+    shape = ContextShape(n_ctx=2**24, n_batch=512, n_ubatch=512, n_seq_max=8, n_rs_seq=16, flash_attn=False)
+    for kind in ("attention", "recurrent", "hybrid"):
+        estimate = estimate_memory(tensors, hparams, 50, shape, memory_kind=kind)
+        assert estimate.bytes >= 0 and estimate.n_layers <= 512
+        assert estimate.gpu_bytes(-1) >= 0 and estimate.ram_bytes(0) >= 0

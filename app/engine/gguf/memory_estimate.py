@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+MAX_LAYERS = 512    # LLAMA_MAX_LAYERS: llama.cpp refuses more (and so does the header check)
 # llama.cpp rounds a context up to this many cells (llama-context.cpp, GGML_PAD(n_ctx, 256)).
 CELL_PADDING = 256
 KV_BYTES = 2        # F16 K and V, llama.cpp's default cache type
@@ -179,7 +180,7 @@ def estimate_memory(tensors: Sequence[Any], hparams: Mapping[str, Any], n_vocab:
     nbytes) and ``hparams`` (its ``{arch}.*`` keys, the prefix removed), loaded with a
     context of ``shape``. ``memory_kind``: "attention", "recurrent" or "hybrid"."""
     hp = _Hparams(hparams)
-    n_all = hp.integer("block_count") or 0
+    n_all = min(hp.integer("block_count") or 0, MAX_LAYERS)
     n_layers = max(0, n_all - (hp.integer("nextn_predict_layers") or 0))  # MTP layers are not loaded
     weights = [0] * n_layers
     names: list[set[str]] = [set() for _ in range(n_layers)]
@@ -235,6 +236,12 @@ def estimate_memory(tensors: Sequence[Any], hparams: Mapping[str, Any], n_vocab:
         output_buffer=n_vocab * max(1, shape.n_seq_max) * FLOAT_BYTES, checkpoints=checkpoints, shape=shape)
 
 
+def _size(value: Any) -> int | None:
+    """A size from a header: a whole number from 0 up (a bool, a float, a negative or an
+    absurd number from a hostile file is no size; llama.cpp reads these as 32 bits)."""
+    return value if type(value) is int and 0 <= value < 1 << 32 else None
+
+
 class _Hparams:
     """A model's hyperparameters as llama.cpp reads them: a per-layer key may be one
     number or an array of one per layer; absent keys take llama.cpp's defaults."""
@@ -243,14 +250,13 @@ class _Hparams:
         self.values = values
 
     def integer(self, key: str) -> int | None:
-        value = self.values.get(key)
-        return value if type(value) is int else None
+        return _size(self.values.get(key))
 
     def per_layer(self, key: str, i: int) -> int | None:
         value = self.values.get(key)
         if isinstance(value, list):
             value = value[i] if i < len(value) else None
-        return value if type(value) is int else None
+        return _size(value)
 
     def head_count(self, i: int) -> int:
         return self.per_layer("attention.head_count", i) or 0
@@ -291,7 +297,7 @@ class _Hparams:
 
     def ffn_width(self) -> int:
         widths = self.values.get("feed_forward_length")
-        widest = max((w for w in widths if type(w) is int), default=0) if isinstance(widths, list) else (
-            widths if type(widths) is int else 0)
+        widest = max((_size(w) or 0 for w in widths), default=0) if isinstance(widths, list) else (
+            _size(widths) or 0)
         experts = (self.integer("expert_used_count") or 0) * (self.integer("expert_feed_forward_length") or 0)
         return max(widest, experts)
