@@ -33,8 +33,8 @@ def add_parser(subcommands, add_model_arguments, add_sampling_arguments) -> None
                        help="also answer requests whose Host header is NAME (repeatable; default: only loopback "
                             "names and the address served, against DNS rebinding; '*' turns the check off)")
     group.add_argument("--model-alias", action="append", default=[], metavar="NAME",
-                       help="another name the served model answers to on the Ollama routes (repeatable; e.g. "
-                            "llama3.2, so a client's or an example's model name works unchanged)")
+                       help="another name GET /v1/models/NAME finds the served model by (repeatable; requests "
+                            "on every route are served whatever model they name)")
     group.add_argument("--max-body", type=whole(1024, 1 << 30), default=4 * 1024 * 1024, metavar="BYTES",
                        help="largest request body (default: %(default)s)")
     group.add_argument("--max-tokens-limit", type=whole(1, 1_000_000), default=None, metavar="N",

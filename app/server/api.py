@@ -89,7 +89,7 @@ def create_app(worker: EngineWorker, *, model_id: str, defaults: Defaults, info=
         return await serve(request, completion_job, "cmpl")
 
     add_responses_routes(app, worker, model_id=model_id, defaults=defaults)
-    add_ollama_routes(app, worker, model_id=model_id, defaults=defaults, info=info, aliases=tuple(model_aliases))
+    add_ollama_routes(app, worker, model_id=model_id, defaults=defaults, info=info)
 
     @app.exception_handler(ApiError)
     async def refused(request: Request, exc: ApiError):

@@ -25,8 +25,8 @@ from app import __version__
 from app.server.errors import ApiError
 from app.server.job_response import GONE, NDJSON, JobOutputResponse, send_body, send_json, start_stream
 from app.server.ollama_models import OLLAMA_API_VERSION, ModelCard, timestamp
-from app.server.ollama_requests import (ChatRequest, GenerateRequest, checked, chat_spec, generate_spec,
-                                        is_load_only, model_matches)
+from app.server.ollama_requests import (TAG, ChatRequest, GenerateRequest, checked, chat_spec, generate_spec,
+                                        is_load_only)
 from app.server.replies import tandem_figures
 from app.server.requests import Defaults, parse_json
 from app.server.worker import Delta, Job, Outcome
@@ -35,8 +35,7 @@ RUNNING = "Ollama is running"
 SERVED = "POST /api/chat, /api/generate, /api/show; GET /api/tags, /api/ps, /api/version"
 
 
-def add_ollama_routes(app: FastAPI, worker, *, model_id: str, defaults: Defaults, info=None,
-                      aliases=()) -> None:
+def add_ollama_routes(app: FastAPI, worker, *, model_id: str, defaults: Defaults, info=None) -> None:
     card: list[ModelCard] = []  # read once, on first use, off the event loop
 
     async def model_card() -> ModelCard:
@@ -67,8 +66,6 @@ def add_ollama_routes(app: FastAPI, worker, *, model_id: str, defaults: Defaults
             name = body.get("model") or body.get("name")  # "name": Ollama's older spelling
             if not isinstance(name, str) or not name:
                 raise ApiError(400, "model is required", param="model")
-            if not model_matches(name, model_id, aliases):
-                raise ApiError(404, f"model '{name}' not found; this server serves '{model_id}:latest'")
         except ApiError as exc:
             return _error(exc)
         return (await model_card()).shown()
@@ -79,8 +76,8 @@ def add_ollama_routes(app: FastAPI, worker, *, model_id: str, defaults: Defaults
             body = await _body(request)
             model = ChatRequest if kind == "chat" else GenerateRequest
             # Off the event loop: a long conversation takes a while to check.
-            parsed = await asyncio.to_thread(checked, model, body, model_id, aliases)
-            shapes = Shapes(kind, parsed.model)
+            parsed = await asyncio.to_thread(checked, model, body)
+            shapes = Shapes(kind, f"{model_id}{TAG}")  # the model that answers, whatever name was asked for
             if is_load_only(parsed):
                 return JSONResponse(shapes.loaded())
             build = chat_spec if kind == "chat" else generate_spec
@@ -122,7 +119,7 @@ class Shapes:
 
     def __init__(self, kind: str, model: str) -> None:
         self.chat = kind == "chat"
-        self.model = model  # as the client named it, as Ollama echoes it
+        self.model = model  # the model served
 
     def _text(self, text: str) -> dict:
         if self.chat:

@@ -85,15 +85,11 @@ class GenerateRequest(_Request):
     context: list[int] | None = None
 
 
-def model_matches(requested: str, model_id: str, aliases=()) -> bool:
-    """``model_id`` or one of ``aliases`` (``--model-alias``), with or without ``:latest``,
-    in any case (Ollama's names are case-insensitive)."""
-    name = requested.lower()
-    return any(name in (known.lower(), known.lower() + TAG) for known in (model_id, *aliases))
-
-
-def checked(model: type[BaseModel], body: dict, model_id: str, aliases=()):
-    """The body as ``model``, its model named and served; ``ApiError`` (400, 404) otherwise."""
+def checked(model: type[BaseModel], body: dict):
+    """The body as ``model``, a model named; ``ApiError`` (400) otherwise. Whatever name
+    it gives, the loaded pair answers (as on the OpenAI routes), and the reply names it:
+    a client's configured name (litellm's ``ollama/tandem``, an example's ``llama3.2``)
+    works unchanged."""
     try:
         request = model.model_validate(body)
     except ValidationError as exc:
@@ -102,9 +98,6 @@ def checked(model: type[BaseModel], body: dict, model_id: str, aliases=()):
         raise ApiError(400, f"{where or 'body'}: {error['msg']}", param=where or None) from None
     if not request.model:
         raise ApiError(400, "model is required", param="model")
-    if not model_matches(request.model, model_id, aliases):
-        raise ApiError(404, f"model '{request.model}' not found; this server serves '{model_id}{TAG}'",
-                       param="model")
     if request.think not in (None, False):
         raise ApiError(400, f"'{request.model}' does not support thinking", param="think")
     if request.logprobs:

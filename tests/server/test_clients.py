@@ -37,7 +37,7 @@ class Country(BaseModel):
 
 @pytest.fixture(scope="module")
 def live(demo_models):
-    yield from serving("--model-alias", "smol", "--temperature", "0")
+    yield from serving("--temperature", "0")
 
 
 @pytest.fixture(scope="module")
@@ -210,7 +210,7 @@ def test_langchain_with_structured_output(live, method):
 # -- litellm ---------------------------------------------------------------------------------
 def test_litellm_ollama_provider(live):
     litellm = pytest.importorskip("litellm")
-    reply = litellm.completion(model="ollama/smol", api_base=live.url, max_tokens=8,
+    reply = litellm.completion(model="ollama/tandem", api_base=live.url, max_tokens=8,  # no alias needed
                                messages=[{"role": "user", "content": "Say hello."}])
     assert reply.choices[0].message.content.strip()
 

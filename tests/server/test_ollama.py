@@ -10,7 +10,7 @@ import json
 
 import httpx
 import pytest
-from ollama import Client, ResponseError
+from ollama import Client
 
 
 MODEL = "SmolLM2-135M-Instruct.F32.gguf"
@@ -56,12 +56,15 @@ def test_the_loaded_pair_is_listed_shown_and_running(ollama):
     assert running[0].size_vram == 0  # a CPU machine
 
 
-def test_unknown_models_are_404_naming_the_served_one(ollama):
-    for call in (lambda: ollama.show("llama3.2"), lambda: ollama.chat("llama3.2", [{"role": "user", "content": "hi"}])):
-        with pytest.raises(ResponseError) as caught:
-            call()
-        assert caught.value.status_code == 404
-        assert "llama3.2" in caught.value.error and NAME in caught.value.error
+def test_any_model_name_is_served_and_the_reply_names_the_model_that_answered(ollama):
+    """As on the OpenAI routes: a client's configured name (litellm's ``ollama/tandem``,
+    an example's ``llama3.2``) works without --model-alias."""
+    assert ollama.show("llama3.2").details == ollama.show(NAME).details
+    for name in ("tandem", "llama3.2", "Some/Other:7b"):
+        response = ollama.chat(name, [{"role": "user", "content": "hi"}], options={"temperature": 0, "num_predict": 2})
+        assert response.model == NAME and response.done
+    reply = ollama.generate("tandem", "One, two,", options={"temperature": 0, "num_predict": 2})
+    assert reply.model == NAME
 
 
 def test_chat_is_the_reply_the_openai_route_writes(server, ollama):
