@@ -1,7 +1,8 @@
 """``tandem bench``: speculative vs plain decoding, measured in one run on the same models.
 
-Spec-Bench's protocol: greedy, batch size 1, speed-up = mean tokens/s with
-speculation / mean tokens/s without, per category. Plain and speculative runs
+Spec-Bench's protocol (batch size 1, speed-up = mean tokens/s with speculation / mean
+tokens/s without, per category), sampled with the app's settings unless ``--temperature
+0`` asks for greedy, as Spec-Bench measures. Plain and speculative runs
 alternate their order prompt by prompt so drift in machine load hits both alike.
 Each prompt runs ``--repeat N`` times (3 unless told) in every setting and its middle run
 counts (a moment of load elsewhere slows one run, not all of them); the overall

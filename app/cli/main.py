@@ -53,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--system", type=utf8_text, default="", help="system prompt for chat mode (default: none)")
     gen.add_argument("--json", action="store_true", help="one JSON object per prompt")
 
-    check = subcommands.add_parser("check-pair", help="can DRAFT speculate for TARGET? (exit 0 yes, 1 no)")
+    check = subcommands.add_parser("check-pair", help="can DRAFT speculate for TARGET, token for token or through text? (exit 0 yes; 1: a file "
+                                        "llama.cpp cannot run)")
     check.add_argument("target_path", type=Path, metavar="TARGET", help="the target GGUF")
     check.add_argument("draft_path", type=Path, metavar="DRAFT", help="the draft GGUF")
     check.add_argument("--json", action="store_true", help="one JSON object: compatible, the rule that failed")
