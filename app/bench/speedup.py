@@ -42,8 +42,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.bench.report import NO_COPY, busy_comparison, format_busy, format_table, middle_run, summarize
-from app.terminal.arg_types import real, regular_file, whole
-from app.storage.settings import Settings
+from app.terminal.arg_types import regular_file, setting_value, whole
+from app.terminal.shared import add_sampler_arguments
+from app.storage.settings import Settings, number_range
 from app.errors import TandemError
 from app.terminal.prompt_files import read_jsonl, text_field
 from app.engine.speculation.draft_policy import draft_policy
@@ -117,7 +118,7 @@ def add_parser(commands, add_model_arguments) -> None:
     bench.add_argument("--limit", type=whole(1), default=None,
                        help="at most this many prompts, spread over categories (default: all)")
     bench.add_argument("--categories", default=None, help="comma-separated categories to run (default: all)")
-    bench.add_argument("--max-tokens", "-n", "--n-predict", type=whole(1, 1_000_000), default=128,
+    bench.add_argument("--max-tokens", "-n", "--n-predict", type=setting_value("max_tokens"), default=128,
                        help="tokens generated per prompt (default: %(default)s)")
     bench.add_argument("--draft-max", default="auto", help="N, a list like 1,3,5, or auto (default: auto)")
     bench.add_argument("--repeat", type=whole(1, what="a number of runs"), default=None,
@@ -133,15 +134,8 @@ def add_parser(commands, add_model_arguments) -> None:
 
     defaults = Settings()
     sampled = bench.add_argument_group("sampling (default: the app's settings; --temperature 0 measures greedy)")
-    sampled.add_argument("--temperature", "--temp", type=real(0.0, 100.0), metavar="T", default=defaults.temperature,
-                         help="sampling temperature, 0 = greedy (default: %(default)s)")
-    sampled.add_argument("--top-k", type=whole(0), metavar="K", default=defaults.top_k,
-                         help="keep the k likeliest tokens, 0 = all (default: %(default)s)")
-    sampled.add_argument("--top-p", type=real(0.0, 1.0, low_open=True), metavar="P", default=defaults.top_p,
-                         help="nucleus sampling mass, 1 = off (default: %(default)s)")
-    sampled.add_argument("--min-p", type=real(0.0, 1.0), metavar="P", default=defaults.min_p,
-                         help="drop tokens below this share of the likeliest, 0 = off (default: %(default)s)")
-    sampled.add_argument("--seed", type=whole(0, 2**63 - 1), metavar="N", default=0,
+    add_sampler_arguments(sampled)
+    sampled.add_argument("--seed", type=whole(0, number_range("seed").high), metavar="N", default=0,
                          help="random seed, the same for every run so that runs repeat (default: %(default)s)")
     bench_methods.add_arguments(bench)
     bench.add_argument("--json", action="store_true", help="print the report as one JSON object")

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from app.server.errors import ApiError
 from app.server.requests import (ChatBody, CompletionBody, Defaults, JobSpec, TandemOptions, chat_job,
                                  completion_job)
+from app.storage.settings import number_range
 from app.vocabulary import DRAFT_MAX_RANGE
 
 TAG = ":latest"
@@ -48,7 +49,8 @@ class Options(_Body):
     top_p: float | None = None
     min_p: float | None = None
     seed: int | None = None
-    num_predict: int | None = None
+    # -1 and -2: as much as the context leaves (Ollama's); above: the declared range of max_tokens
+    num_predict: int | None = Field(None, le=number_range("max_tokens").high)
     stop: str | list[str] | None = None
     draft_num_predict: int | None = Field(None, ge=DRAFT_MAX_RANGE[0], le=DRAFT_MAX_RANGE[1])
 

@@ -21,11 +21,19 @@ from app.engine.prompting.tool_prompt import ToolRequest
 from app.server.errors import ApiError
 from app.server.tools import ToolCallIn, ToolChoice, ToolDef, history_entry, tool_request
 from app.server.structured import response_grammar
+from app.storage.settings import number_range
 from app.vocabulary import DRAFT_MAX_RANGE
 
 MAX_STOPS = 4         # as OpenAI
 MAX_STOP_CHARS = 1000  # each is matched against the reply's tail after every token
-SEED_LIMIT = 2 ** 63  # numpy's generator takes any non-negative integer; keep it to int64
+
+
+def _ranged(setting: str):
+    """A request field holding the number setting ``setting``, with its declared range
+    (``Settings``): what the window and the command line take, the API takes."""
+    bounds = number_range(setting)
+    low = {"ge": bounds.low} if bounds.low_inclusive else {"gt": bounds.low}
+    return Field(None, **low, le=bounds.high)
 
 
 class _Body(BaseModel):
@@ -69,12 +77,12 @@ class Message(_Body):
 
 class _Common(_Body):
     model: str | None = None
-    max_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0.0, le=2.0)
-    top_p: float | None = Field(None, gt=0.0, le=1.0)
-    top_k: int | None = Field(None, ge=0)
-    min_p: float | None = Field(None, ge=0.0, le=1.0)
-    seed: int | None = Field(None, ge=-1, lt=SEED_LIMIT)
+    max_tokens: int | None = _ranged("max_tokens")
+    temperature: float | None = _ranged("temperature")
+    top_p: float | None = _ranged("top_p")
+    top_k: int | None = _ranged("top_k")
+    min_p: float | None = _ranged("min_p")
+    seed: int | None = _ranged("seed")
     stop: str | list[str] | None = None
     n: int | None = None
     stream: bool | None = False
@@ -86,7 +94,7 @@ class _Common(_Body):
 
 class ChatBody(_Common):
     messages: list[Message] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = _ranged("max_tokens")
     tools: list[ToolDef] | None = None
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None

@@ -187,26 +187,39 @@ def _flag(value: Any) -> bool:
     return value
 
 
-def _integer(low: int | None = None, high: int | None = None) -> Check:
-    def check(value: Any) -> int:
+@dataclass(frozen=True)
+class Range:
+    """A number setting's check and bounds: the one declaration every front end reads
+    (the dialog's editors, the command line's types, the API's request fields), so a
+    value one of them takes, all of them take."""
+
+    kind: type           # int or float
+    low: float | None = None
+    high: float | None = None
+    low_inclusive: bool = True
+
+    def __call__(self, value: Any) -> Any:
         # bool is an int subclass in Python; ``true`` in the file is not a number.
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError("must be a whole number")
-        if (low is not None and value < low) or (high is not None and value > high):
-            raise ValueError(f"must be {_range_words(low, high)}")
-        return value
-    return check
-
-
-def _number(low: float, high: float | None = None, *, low_inclusive: bool = True) -> Check:
-    def check(value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if self.kind is int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError("must be a whole number")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ValueError("must be a number")
-        too_low = value < low if low_inclusive else value <= low
-        if too_low or (high is not None and value > high):
-            raise ValueError(f"must be {_range_words(low, high, low_inclusive=low_inclusive)}")
-        return float(value)
-    return check
+        too_low = self.low is not None and (value < self.low if self.low_inclusive else value <= self.low)
+        if too_low or (self.high is not None and value > self.high):
+            raise ValueError(f"must be {self.words()}")
+        return self.kind(value)
+
+    def words(self) -> str:
+        return _range_words(self.low, self.high, low_inclusive=self.low_inclusive)
+
+
+def _integer(low: int | None = None, high: int | None = None) -> Range:
+    return Range(int, low, high)
+
+
+def _number(low: float, high: float | None = None, *, low_inclusive: bool = True) -> Range:
+    return Range(float, low, high, low_inclusive)
 
 
 def _one_of(*choices: str) -> Check:
@@ -217,15 +230,23 @@ def _one_of(*choices: str) -> Check:
     return check
 
 
-def _auto_or(inner: Check) -> Check:
-    def check(value: Any) -> Any:
+@dataclass(frozen=True)
+class AutoOr:
+    """'auto', or a number of ``inner``'s range."""
+
+    inner: Range
+
+    def __call__(self, value: Any) -> Any:
         if value == "auto":
             return value
         try:
-            return inner(value)
+            return self.inner(value)
         except ValueError as exc:
             raise ValueError(f"must be 'auto' or {str(exc).removeprefix('must be ')}") from None
-    return check
+
+
+def _auto_or(inner: Range) -> AutoOr:
+    return AutoOr(inner)
 
 
 def _range_words(low: float | None, high: float | None, *, low_inclusive: bool = True) -> str:
@@ -286,7 +307,9 @@ class Settings:
         "", "Each device's share of the target's layers, workers first, then this machine's GPUs "
         "(e.g. 3,1). Empty: in proportion to their free memory.", _split)
     # Sampling
-    temperature: float = option(0.8, "Sampling temperature (0: always the likeliest token).", _number(0.0))
+    # At most 5 everywhere: the window, the command line and every API route (OpenAI's own
+    # API stops at 2; a client that sends more to Tandem gets it, as the window would).
+    temperature: float = option(0.8, "Sampling temperature (0: always the likeliest token).", _number(0.0, 5.0))
     top_k: int = option(40, "Sample among the k likeliest tokens (0: off).", _integer(0, 2**31 - 1))
     top_p: float = option(0.95, "Sample from the smallest set whose probability reaches p (1: off).",
                           _number(0.0, 1.0, low_inclusive=False))
@@ -337,6 +360,16 @@ class OptionInfo(NamedTuple):
     name: str
     default: Any
     description: str
+
+
+def number_range(name: str) -> Range:
+    """The declared range of the number setting ``name`` (of its number, for one that
+    may also be 'auto')."""
+    check = next(f.metadata["check"] for f in dataclasses.fields(Settings) if f.name == name)
+    check = check.inner if isinstance(check, AutoOr) else check
+    if not isinstance(check, Range):
+        raise KeyError(f"{name} is not a number setting")
+    return check
 
 
 def options() -> list[OptionInfo]:

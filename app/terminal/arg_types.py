@@ -44,6 +44,18 @@ def _range(low, high, *, low_open: bool = False) -> str:
     return f"{low} to {high}" if not low_open else f"above {low}, at most {high}"
 
 
+def setting_value(name: str, *, what: str = "a whole number"):
+    """The type of an option that sets the number setting ``name``: the range declared in
+    ``Settings`` (``app.storage.settings.number_range``), the same the window, the
+    settings file and the API routes take."""
+    from app.storage.settings import number_range
+
+    bounds = number_range(name)
+    if bounds.kind is int:
+        return whole(bounds.low, bounds.high, what=what)
+    return real(bounds.low, bounds.high, low_open=not bounds.low_inclusive)
+
+
 def draft_max_value(value: str) -> int | str:
     if value == "auto":
         return value
@@ -55,12 +67,12 @@ def gpu_layers_value(value: str) -> int | str:
     """'auto' (as many as fit, planned before loading) or a number of layers (-1: all)."""
     if value == "auto":
         return value
-    return whole(-1, 100_000, what="a whole number or 'auto'")(value)
+    return setting_value("target_gpu_layers", what="a whole number or 'auto'")(value)
 
 
 def seed_value(value: str) -> int | None:
     """-1 (or nothing) is a new random seed each run, as in llama.cpp."""
-    n = whole(-1, 2**63 - 1)(value)
+    n = setting_value("seed")(value)
     return None if n == -1 else n
 
 

@@ -11,7 +11,8 @@ import os
 import sys
 from pathlib import Path
 
-from app.terminal.arg_types import draft_max_value, gpu_layers_value, real, seed_value, tensor_split, whole, worker_list
+from app.terminal.arg_types import (draft_max_value, gpu_layers_value, seed_value, setting_value, tensor_split,
+                                    worker_list)
 from app.engine.types import DrafterKind, SamplingConfig, SpecConfig
 from app.errors import TandemError
 from app.logs import FILE_ONLY
@@ -39,9 +40,9 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, in_command: bool = T
                        default=default(DrafterKind.MODEL.value),
                        help="draft with a model, with prompt lookup, or with lookahead (the target's own "
                             "n-gram pool and copies; no model) (default: model)")
-    group.add_argument("--n-ctx", "-c", "--ctx-size", type=whole(16, 2**24), metavar="N", default=default(4096),
+    group.add_argument("--n-ctx", "-c", "--ctx-size", type=setting_value("n_ctx"), metavar="N", default=default(4096),
                        help="context size in tokens (default: 4096)")
-    group.add_argument("--threads", "-t", type=whole(0, 1024), metavar="N", default=default(0),
+    group.add_argument("--threads", "-t", type=setting_value("n_threads"), metavar="N", default=default(0),
                        help="CPU threads (default: 0, adaptive: chosen as it runs, fewer while other "
                             "programs keep cores busy; N: always N)")
     group.add_argument("--flash-attn", choices=["auto", "on", "off"], default=default("auto"),
@@ -75,25 +76,34 @@ def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--no-speculation", action="store_true", help="decode plainly with the target")
     group.add_argument("--draft-max", type=draft_max_value, default=draft_max_value(str(app.draft_max)), metavar="N|auto",
                        help=f"most tokens drafted per round, {low}-{high} or 'auto' (default: %(default)s)")
-    group.add_argument("--draft-min", type=whole(1, high), metavar="N", default=app.draft_min,
+    group.add_argument("--draft-min", type=setting_value("draft_min"), metavar="N", default=app.draft_min,
                        help="fewer proposals than this: a plain step instead (default: %(default)s)")
-    group.add_argument("--p-min", "--draft-p-min", type=real(0.0, 1.0), metavar="P", default=app.p_min,
+    group.add_argument("--p-min", "--draft-p-min", type=setting_value("p_min"), metavar="P", default=app.p_min,
                        help="stop drafting below this draft probability (default: %(default)s)")
     group.add_argument("--no-copy", action="store_true",
                        help="always run the draft model, even where the reply repeats earlier text")
-    group.add_argument("--temperature", "--temp", type=real(0.0, 100.0), metavar="T", default=app.temperature,
-                       help="sampling temperature, 0 = greedy (default: %(default)s)")
-    group.add_argument("--top-k", type=whole(0), metavar="K", default=app.top_k,
-                       help="keep the k likeliest tokens, 0 = all (default: %(default)s)")
-    group.add_argument("--top-p", type=real(0.0, 1.0, low_open=True), metavar="P", default=app.top_p,
-                       help="nucleus sampling mass, 1 = off (default: %(default)s)")
-    group.add_argument("--min-p", type=real(0.0, 1.0), metavar="P", default=app.min_p,
-                       help="drop tokens below this share of the likeliest, 0 = off (default: %(default)s)")
+    add_sampler_arguments(group)
     group.add_argument("--seed", "-s", type=seed_value, metavar="N", default=seed_value(str(app.seed)),
                        help="random seed for sampling, -1 = a new one each run (default: -1)")
-    group.add_argument("--max-tokens", "-n", "--n-predict", type=whole(1, 1_000_000), metavar="N",
+    group.add_argument("--max-tokens", "-n", "--n-predict", type=setting_value("max_tokens"), metavar="N",
                        default=app.max_tokens, help="most tokens in a reply (default: %(default)s)")
     group.add_argument("--ignore-eos", action="store_true", help="never stop at end-of-sequence")
+
+
+def add_sampler_arguments(group) -> None:
+    """Temperature, top-k, top-p and min-p: their ranges and defaults the settings' own
+    (every command that samples takes them from here)."""
+    from app.storage.settings import Settings
+
+    app = Settings()
+    group.add_argument("--temperature", "--temp", type=setting_value("temperature"), metavar="T",
+                       default=app.temperature, help="sampling temperature, 0 = greedy (default: %(default)s)")
+    group.add_argument("--top-k", type=setting_value("top_k"), metavar="K", default=app.top_k,
+                       help="keep the k likeliest tokens, 0 = all (default: %(default)s)")
+    group.add_argument("--top-p", type=setting_value("top_p"), metavar="P", default=app.top_p,
+                       help="nucleus sampling mass, 1 = off (default: %(default)s)")
+    group.add_argument("--min-p", type=setting_value("min_p"), metavar="P", default=app.min_p,
+                       help="drop tokens below this share of the likeliest, 0 = off (default: %(default)s)")
 
 
 def sampling_from(args: argparse.Namespace, seed: int | None = None) -> SamplingConfig:

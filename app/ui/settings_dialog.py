@@ -34,8 +34,7 @@ from app.engine.types import DrafterKind
 from app.errors import TandemError
 from app.ui.chat_format_chooser import ChatFormatChooser
 from app.ui.worker_list import WorkerList
-from app.storage.settings import Settings, options
-from app.vocabulary import DRAFT_MAX_RANGE
+from app.storage.settings import Settings, number_range, options
 
 LABELS = {
     "target_path": "Target model", "draft_path": "Draft model", "drafter": "Guesses from",
@@ -61,6 +60,7 @@ FLASH_ATTENTION = (("Automatic (off on a CPU)", "auto"), ("On", "on"), ("Off", "
 GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
 MIN_WIDTH = 560  # px: room for a path and its Browse button
 _CHECK_DELAY_MS = 300  # typing a path should not fire a check per keystroke
+_SPIN_MOST = 2**31 - 1  # a spin box holds 32-bit numbers (the seed has an editor of its own)
 
 
 def _line(placeholder: str) -> QLineEdit:
@@ -114,6 +114,41 @@ def _spin(low: int, high: int, special: str = "", step: int = 1, unit: str = "")
     if special:
         box.setSpecialValueText(special)  # shown at the minimum
     return box
+
+
+def _spin_for(name: str, special: str = "", step: int = 1, unit: str = "") -> QSpinBox:
+    """A spin box over the declared range of ``name``; with ``special`` ('auto') one below
+    it stands for that word (a setting that may be 'auto')."""
+    bounds = number_range(name)
+    low = int(bounds.low) - (1 if special == "auto" else 0)
+    return _spin(low, min(int(bounds.high), _SPIN_MOST), special=special, step=step, unit=unit)
+
+
+def _double_for(name: str, step: float, decimals: int = 2) -> QDoubleSpinBox:
+    bounds = number_range(name)
+    low = bounds.low if bounds.low_inclusive else bounds.low + 10 ** -decimals
+    return _double(low, bounds.high, step, decimals)
+
+
+class SeedEdit(QLineEdit):
+    """The seed: any whole number of the setting's range (past a spin box's 32 bits);
+    empty or -1 is "random"."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setPlaceholderText("random")
+
+    def set_seed(self, value: int) -> None:
+        self.setText("random" if value == -1 else str(value))
+
+    def seed(self) -> int | str:
+        text = self.text().strip()
+        if text in ("", "random"):
+            return -1
+        try:
+            return int(text)
+        except ValueError:
+            return text  # the setting's check says what is wrong with it
 
 
 def _double(low: float, high: float, step: float, decimals: int = 2) -> QDoubleSpinBox:
@@ -357,20 +392,21 @@ class SettingsDialog(QDialog):
             "draft_path": PathEdit("Choose the draft model", "Demo pair draft (with the demo target)"),
             "speculation": QCheckBox("Speculate: draft tokens, then verify them in one batch"),
             # The value below the range's first is "auto".
-            "draft_max": _spin(DRAFT_MAX_RANGE[0] - 1, DRAFT_MAX_RANGE[1], special="auto", unit="token"),
-            "draft_min": _spin(1, DRAFT_MAX_RANGE[1], unit="token"),
-            "p_min": _double(0.0, 1.0, 0.05),
+            # Each number's range is its declaration's (Settings, app.storage.settings.number_range)
+            "draft_max": _spin_for("draft_max", special="auto", unit="token"),
+            "draft_min": _spin_for("draft_min", unit="token"),
+            "p_min": _double_for("p_min", 0.05),
             "copy_repeats": QCheckBox("Copy text that repeats earlier text instead of drafting it"),
-            "temperature": _double(0.0, 5.0, 0.1),
-            "top_k": _spin(0, 1000, special="off"),
-            "top_p": _double(0.01, 1.0, 0.05),
-            "min_p": _double(0.0, 1.0, 0.01),
-            "seed": _spin(-1, 2**31 - 1, special="random"),
-            "max_tokens": _spin(1, 131072, unit="token"),
+            "temperature": _double_for("temperature", 0.1),
+            "top_k": _spin_for("top_k", special="off"),
+            "top_p": _double_for("top_p", 0.05),
+            "min_p": _double_for("min_p", 0.01),
+            "seed": SeedEdit(),
+            "max_tokens": _spin_for("max_tokens", unit="token"),
             "target_gpu_layers": LayerSpinBox(),
             "draft_gpu_layers": LayerSpinBox(),
-            "n_ctx": _spin(256, 1 << 20, step=256, unit="token"),
-            "n_threads": _spin(0, 256, special="automatic"),
+            "n_ctx": _spin_for("n_ctx", step=256, unit="token"),
+            "n_threads": _spin_for("n_threads", special="automatic"),
             "flash_attention": _combo(FLASH_ATTENTION),
             "rpc_workers": WorkerList(),
             "tensor_split": _line("by free memory (e.g. 3,1)"),
@@ -379,7 +415,9 @@ class SettingsDialog(QDialog):
 
 
 def _set_value(editor: QWidget, value: Any) -> None:
-    if isinstance(editor, (PathEdit, WorkerList)):
+    if isinstance(editor, SeedEdit):
+        editor.set_seed(value)
+    elif isinstance(editor, (PathEdit, WorkerList)):
         editor.setText(value)
     elif isinstance(editor, ChatFormatChooser):
         editor.set_choices(value)
@@ -398,6 +436,8 @@ def _set_value(editor: QWidget, value: Any) -> None:
 
 
 def _get_value(editor: QWidget) -> Any:
+    if isinstance(editor, SeedEdit):
+        return editor.seed()
     if isinstance(editor, (PathEdit, WorkerList)):
         return editor.text()
     if isinstance(editor, ChatFormatChooser):
