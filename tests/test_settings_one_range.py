@@ -35,9 +35,9 @@ FRONTS = {
     "n_ctx": ("--n-ctx", None, None),
     "n_threads": ("--threads", None, None),
 }
-# Declared exceptions, each with its reason: Ollama's num_predict of 0, -1 or -2 means "as
-# much as the context leaves" (Ollama's own meaning), not a length of that many tokens.
-OLLAMA_MEANS_UNLIMITED = {("max_tokens", 0)}
+# The exception declared beside Settings.max_tokens: Ollama's num_predict of 0, -1 or -2, or
+# past the limit, means "as much as the context leaves" (Ollama's own meaning).
+OLLAMA_MEANS_UNLIMITED = {("max_tokens", 0), ("max_tokens", number_range("max_tokens").high + 1)}
 # The server's own limit on a reply (its context unless --max-tokens-limit) applies on top
 # of the declared range; the probe serves with a limit at the declared top.
 DEFAULTS = Defaults(max_tokens_limit=number_range("max_tokens").high)

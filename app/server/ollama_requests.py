@@ -25,7 +25,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from app.server.errors import ApiError
 from app.server.requests import (ChatBody, CompletionBody, Defaults, JobSpec, TandemOptions, chat_job,
                                  completion_job)
-from app.storage.settings import number_range
 from app.vocabulary import DRAFT_MAX_RANGE
 
 TAG = ":latest"
@@ -49,8 +48,9 @@ class Options(_Body):
     top_p: float | None = None
     min_p: float | None = None
     seed: int | None = None
-    # -1 and -2: as much as the context leaves (Ollama's); above: the declared range of max_tokens
-    num_predict: int | None = Field(None, le=number_range("max_tokens").high)
+    # Ollama's meaning, the exception declared beside Settings.max_tokens: 0, -1, -2 and
+    # anything past the server's limit ask for as much as the context leaves
+    num_predict: int | None = None
     stop: str | list[str] | None = None
     draft_num_predict: int | None = Field(None, ge=DRAFT_MAX_RANGE[0], le=DRAFT_MAX_RANGE[1])
 

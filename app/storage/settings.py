@@ -316,6 +316,8 @@ class Settings:
     min_p: float = option(0.05, "Drop tokens less likely than this fraction of the top one (0: off).",
                           _number(0.0, 1.0))
     seed: int = option(-1, "Random seed (-1: a new one each time).", _integer(-1, 2**63 - 1))
+    # One exception, applied by the Ollama routes alone: their num_predict of 0, -1 or -2, or
+    # past the server's limit, asks for as much as the context leaves (Ollama's meaning).
     max_tokens: int = option(1024, "Longest reply in tokens.", _integer(1, 1_000_000))
     system_prompt: str = option("", "Instructions placed before every conversation.", _text)
     system_prompt_presets: tuple[tuple[str, str], ...] = option(
