@@ -128,8 +128,20 @@ def estimate_for(model: ModelFile, n_ctx: int, *, draft: bool, flash_attention: 
     """A model's memory with the context Tandem would create for it at ``n_ctx``."""
     shape = context_shape(model.memory_kind, model.architecture, model.file_type, n_ctx, draft=draft,
                           flash=flash_attention, gpu=gpu)
-    return estimate_memory(model.header.tensors, model.hparams, model.n_vocab, shape,
-                           memory_kind=model.memory_kind)
+    return estimate_memory(all_tensors(model), model.hparams, model.n_vocab, shape, memory_kind=model.memory_kind)
+
+
+def all_tensors(model: ModelFile) -> list:
+    """The tensors of every part of a split model (``name-00001-of-00003.gguf``: llama.cpp
+    loads the others beside the first), each part's header checked as the first's was."""
+    from app.engine.gguf.header import scan_header
+    from app.library.entries import split_parts
+
+    tensors = list(model.header.tensors)
+    for part in (split_parts(model.resolved) or [])[1:]:
+        header, _ = scan_header(part, lambda _key: False, name=part)
+        tensors += header.tensors
+    return tensors
 
 
 def plan_files(target: str | Path | ModelFile, draft: str | Path | ModelFile | None, *, n_ctx: int,
