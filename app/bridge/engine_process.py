@@ -40,6 +40,7 @@ class _Death:
 
 
 class EngineProcessClient(QObject):
+    separate_process = True  # (app.bridge.client.Engine) it can die, hang and restart
     load_progress = Signal(str, float)
     loaded = Signal(object)
     load_failed = Signal(str)

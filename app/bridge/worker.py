@@ -236,6 +236,7 @@ class EngineClient(QObject):
       busy_changed(bool)               a reply is being generated
     """
 
+    separate_process = False  # (app.bridge.client.Engine) the engine shares this process
     load_progress = Signal(str, float)
     loaded = Signal(object)
     load_failed = Signal(str)

@@ -1,6 +1,6 @@
 """The replies of the chat on screen: start one, stream its tokens in, finish, stop, abandon.
 
-The controller turns "send this" into an ``EngineClient.generate`` request and the
+The controller turns "send this" into an ``Engine.generate`` request and the
 client's ``tokens`` / ``finished`` / ``failed`` for that request into display calls on
 the reply's ``ChatMessage`` and the side panel's figures. Whatever else follows the
 chat (the history, Compare) listens to its signals instead of to the window:
@@ -18,11 +18,10 @@ Requests it did not start (a Compare run) carry ids it does not follow, and are 
 from __future__ import annotations
 
 import copy
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal
 
-from app.bridge.worker import EngineClient
 from app.engine.types import SamplingConfig, SpecConfig, Stats, StopReason, TokenEvent
 from app.session import config as session_config
 from app.storage.settings import Settings
@@ -30,6 +29,9 @@ from app.ui.chat_view import ChatView
 from app.ui.message_view import ASSISTANT, COMPLETE, INTERRUPTED, STOPPED, USER, ChatMessage
 from app.ui.notices import WARNING, NoticeArea
 from app.ui.stats_panel import StatsPanel
+
+if TYPE_CHECKING:
+    from app.bridge.client import Engine
 
 TEMPLATE_NOTICE_KEY = "template"
 
@@ -42,7 +44,7 @@ class ChatController(QObject):
     reply_finished = Signal(object)         # ChatMessage, with status and stats set
     reply_removed = Signal(object)          # ChatMessage (Regenerate replaces it)
 
-    def __init__(self, client: EngineClient, chat_view: ChatView, stats: StatsPanel, notices: NoticeArea, *,
+    def __init__(self, client: Engine, chat_view: ChatView, stats: StatsPanel, notices: NoticeArea, *,
                  settings: Callable[[], Settings], say: Callable[[str, int], None],
                  parent: QObject | None = None) -> None:
         """``settings`` gives the settings the next reply is asked with (read at each

@@ -6,7 +6,7 @@ The controller adds two buttons to every reply of the chat view, and two actions
 - **Compare** re-runs the same turn — the history up to that reply, the system
   prompt, the sampling settings (seed included) and the length limit in use when
   the reply was written — with ``SpecConfig(enabled=False)`` through the
-  ``EngineClient``, then shows both speeds, the speed-up, the acceptance and whether
+  engine client (``app.bridge.client.Engine``), then shows both speeds, the speed-up, the acceptance and whether
   the two texts are identical (and why not): the figures and words are
   ``app.session.compare``'s, the dialog ``app.ui.compare_dialog``'s;
 - **Stats** opens ``ReplyStatsView``: acceptance by draft position and tokens/s
@@ -22,13 +22,12 @@ from __future__ import annotations
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QWidget
 
-from app.bridge.worker import EngineClient
 from app.engine.types import SpecConfig, Stats, StopReason, TokenEvent
 from app.session.compare import Comparison, TurnRecord, plan_rerun, refusal
 from app.storage.settings import Settings
@@ -37,6 +36,9 @@ from app.ui.compare_dialog import CompareDialog
 from app.ui.message_view import ASSISTANT, ChatMessage
 from app.ui.reply_charts import ReplyStatsView, TokenArrivals
 from app.window.chat_controller import ChatController
+
+if TYPE_CHECKING:
+    from app.bridge.client import Engine
 
 COMPARE_LABEL = "Compare"
 COMPARE_TIP = "Write this reply again without speculation and compare speed and text"
@@ -68,7 +70,7 @@ class CompareController(QObject):
     comparison_cancelled = Signal(int)
     comparison_failed = Signal(str)
 
-    def __init__(self, client: EngineClient, chat: ChatController, chat_view: ChatView, *,
+    def __init__(self, client: Engine, chat: ChatController, chat_view: ChatView, *,
                  settings: Callable[[], Settings], say: Callable[[str, int], None], dialog_parent: QWidget) -> None:
         """``settings`` gives the settings a reply is asked with now; ``say(text, ms)``
         shows a passing line; dialogs open over ``dialog_parent``, which also owns this."""

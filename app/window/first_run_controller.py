@@ -10,13 +10,12 @@ The screen goes as soon as a pair has loaded.
 from __future__ import annotations
 
 import os
-from typing import Callable
+from typing import Callable, TYPE_CHECKING
 
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QBoxLayout, QWidget
 
 from app.bridge.async_glue import MemoryPlanner
-from app.bridge.worker import EngineClient
 from app.engine.gguf.header import shown_name
 from app.models.demo import DOWNLOAD_BYTES, needs_first_run  # noqa: F401 — the window asks it here
 from app.storage.settings import Settings
@@ -25,11 +24,14 @@ from app.ui.notices import NoticeArea
 from app.window.draft_task import DraftTask
 from app.window.model_loading import LOAD_NOTICE_KEY
 
+if TYPE_CHECKING:
+    from app.bridge.client import Engine
+
 WHEEL_VARIABLE = "TANDEM_DEMO_WHEEL"  # where app.models.demo looks for a downloaded wheel
 
 
 class FirstRunController(QObject):
-    def __init__(self, client: EngineClient, *, notices: NoticeArea, layout: QBoxLayout, hidden: list[QWidget],
+    def __init__(self, client: Engine, *, notices: NoticeArea, layout: QBoxLayout, hidden: list[QWidget],
                  settings: Callable[[], Settings], apply: Callable[[Settings], None], load: Callable[[], None],
                  open_library: Callable[[str | None], object], parent: QWidget,
                  check_speculation: Callable[[], None] = lambda: None) -> None:

@@ -1,24 +1,26 @@
 """The Help menu: check speculation on the loaded pair, open the log folder, About.
 
 Its actions (``actions``) are made here; the window places them. The self-test runs
-off the UI thread through the ``EngineClient`` (``check_speculation``).
+off the UI thread through the engine client (``app.bridge.client.Engine``) (``check_speculation``).
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Qt, QUrl
 from PySide6.QtGui import QAction, QDesktopServices
 from PySide6.QtWidgets import QMessageBox, QWidget
 
-from app.bridge.worker import EngineClient
 from app.ui.about import about_details
 from app.ui.notices import INFO, NoticeArea
 
+if TYPE_CHECKING:
+    from app.bridge.client import Engine
+
 
 class HelpController(QObject):
-    def __init__(self, client: EngineClient, notices: NoticeArea, *, say: Callable[[str, int], None],
+    def __init__(self, client: Engine, notices: NoticeArea, *, say: Callable[[str, int], None],
                  clear_said: Callable[[], None], dialog_parent: QWidget) -> None:
         """``say(text, ms)`` shows a passing line (0: until ``clear_said()``); boxes open
         over ``dialog_parent``, which also owns this."""

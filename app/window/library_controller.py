@@ -13,13 +13,12 @@ import logging
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QMenu, QWidget
 
-from app.bridge.worker import EngineClient
 from app.engine.gguf.header import shown_name
 from app.library.drafts import find_drafts
 from app.session.fit import describe, plan_files, read_machine
@@ -30,6 +29,9 @@ from app.session.config import chat_format_names
 from app.storage.settings import MAX_FOLDERS, Settings, with_chat_format, with_recent_pair
 from app.ui.library_dialog import LibraryDialog
 from app.window.draft_task import DraftTask
+
+if TYPE_CHECKING:
+    from app.bridge.client import Engine
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +88,7 @@ class _Job(QObject):
 class LibraryController(QObject):
     pair_set = Signal(str, str)  # target, draft: applied to the settings
 
-    def __init__(self, client: EngineClient, *, settings: Callable[[], Settings],
+    def __init__(self, client: Engine, *, settings: Callable[[], Settings],
                  apply: Callable[[Settings], None], check_speculation: Callable[[], None],
                  say: Callable[[str, int], None], dialog_parent: QWidget) -> None:
         super().__init__(dialog_parent)

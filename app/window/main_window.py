@@ -38,7 +38,6 @@ from PySide6.QtWidgets import (
 
 from app.bridge.engine_process import EngineProcessClient
 from app.bridge.gpu_poller import GpuPoller
-from app.bridge.worker import EngineClient
 from app.session.records import reply_meta
 from app.storage.settings import LoadedSettings, Settings, load_settings
 from app.ui.chat_view import ChatView
@@ -63,6 +62,9 @@ from app.window.steering import install_steering
 from app.window.settings_controller import SettingsController
 
 if TYPE_CHECKING:
+    from app.bridge.client import Engine
+
+if TYPE_CHECKING:
     from app.storage.history import HistoryStore
 
 MIN_SIZE = (760, 520)
@@ -76,7 +78,7 @@ CONTEXT_NOTICE = "context"
 class MainWindow(QMainWindow):
     settings_changed = Signal(object)       # Settings
 
-    def __init__(self, loaded: LoadedSettings | None = None, *, client: EngineClient | EngineProcessClient | None = None,
+    def __init__(self, loaded: LoadedSettings | None = None, *, client: Engine | None = None,
                  gpu_poller: GpuPoller | None = None, overrides: dict | None = None,
                  history_store: HistoryStore | None = None, first_run: bool = False,
                  parent: QWidget | None = None) -> None:
@@ -123,7 +125,7 @@ class MainWindow(QMainWindow):
         # The engine in its own process can die and the window stay (EngineController).
         self.engine = EngineController(self.client, self.models, self.notices, say=say,
                                        on_death=(self.local_server.engine_died,), parent=self) \
-            if hasattr(self.client, "died") else None
+            if self.client.separate_process else None
         self.client.busy_changed.connect(self._on_busy_changed)
         self.steering = install_steering(self, self.column_layout, self.toolbar)
         self._build_menus()

@@ -1,19 +1,18 @@
 """The models as the window shows them: loading (banner, status line), loaded, failed,
 and the crash-loop guard that refuses to load again what the last start died on.
 
-``ModelLoading`` follows the ``EngineClient``'s load signals and asks it for loads; the
+``ModelLoading`` follows the engine client (``app.bridge.client.Engine``)'s load signals and asks it for loads; the
 window says when (at start, after settings change) through ``load``.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QTimer
 from PySide6.QtWidgets import QLabel
 
 from app.bridge.models import LoadInfo, ModelSpec
-from app.bridge.worker import EngineClient
 from app.engine.types import SPECULATION_OFF, DrafterKind
 from app.storage import load_marker
 from app.storage.settings import Settings
@@ -22,12 +21,15 @@ from app.ui.load_banner import LoadBanner
 from app.ui.notices import ERROR, INFO, WARNING, NoticeArea
 from app.ui.stats_panel import StatsPanel
 
+if TYPE_CHECKING:
+    from app.bridge.client import Engine
+
 APP_NAME = "Tandem"
 LOAD_NOTICE_KEY, DRAFT_NOTICE_KEY, FORMAT_NOTICE_KEY = "load", "draft", "chat-format"
 
 
 class ModelLoading(QObject):
-    def __init__(self, client: EngineClient, *, banner: LoadBanner, model_label: QLabel, stats: StatsPanel,
+    def __init__(self, client: Engine, *, banner: LoadBanner, model_label: QLabel, stats: StatsPanel,
                  composer: Composer, notices: NoticeArea, settings: Callable[[], Settings],
                  say: Callable[[str, int], None], set_title: Callable[[str], None],
                  open_settings: Callable[[], object], parent: QObject | None = None) -> None:
