@@ -163,7 +163,7 @@ def test_settings_round_trip_through_the_dialog(scripted, qtbot):
     editors["top_k"].setValue(12)
     editors["draft_max"].setValue(4)
     editors["speculation"].setChecked(False)
-    editors["seed"].setValue(1234)
+    editors["seed"].setText("1234")
     editors["system_prompt"].setPlainText("Be <brief>.")
     editors["n_threads"].setValue(3)
     with qtbot.waitSignal(window.client.loaded, timeout=10_000):  # threads changed: reload
