@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
 
-from app.backends.build_check import ROOT, json_record
-from app.backends.model_check import _read_lines, check_model, last_words
+from app.backends.build_check import ROOT
+from app.backends.model_check import check_model, last_words, read_lines, read_records
 from app.engine.errors import ModelFileError
 from app.engine.gguf.header import shown_name, shown_path
 from app.engine.speculation.self_draft import KEEP_TYPE, DraftPlan, SelfDraftError
@@ -142,8 +142,8 @@ def _write(plan: DraftPlan, partial: Path, report: DraftProgress, cancel: _Flag 
     _LIVE[child] = partial
     records: list[dict] = []
     stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
-    readers = [threading.Thread(target=_read_records, args=(child.stdout, records), daemon=True),
-               threading.Thread(target=_read_lines, args=(child.stderr, stderr_tail), daemon=True)]
+    readers = [threading.Thread(target=read_records, args=(child.stdout, records), daemon=True),
+               threading.Thread(target=read_lines, args=(child.stderr, stderr_tail), daemon=True)]
     for reader in readers:
         reader.start()
     heard, heard_at, done = 0, time.monotonic(), 0
@@ -176,13 +176,6 @@ def _write(plan: DraftPlan, partial: Path, report: DraftProgress, cancel: _Flag 
         return
     detail = final.get("error") or (f"llama.cpp ended with code {child.returncode}" + _said(last_words(stderr_tail)))
     raise SelfDraftError(f"Could not make a draft of {shown_name(plan.source)}: {detail}")
-
-
-def _read_records(stream, records: list[dict]) -> None:
-    for raw in stream:
-        record = json_record(raw)
-        if record is not None:
-            records.append(record)
 
 
 def _said(words: str) -> str:

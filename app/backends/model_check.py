@@ -120,8 +120,8 @@ def run_trial_child(path: Path, *, progress: TrialProgress | None = None, timeou
 
     records: list[dict] = []
     stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
-    readers = [threading.Thread(target=_read_records, args=(child.stdout, records), daemon=True),
-               threading.Thread(target=_read_lines, args=(child.stderr, stderr_tail), daemon=True)]
+    readers = [threading.Thread(target=read_records, args=(child.stdout, records), daemon=True),
+               threading.Thread(target=read_lines, args=(child.stderr, stderr_tail), daemon=True)]
     for reader in readers:
         reader.start()
     deadline = time.monotonic() + timeout
@@ -196,14 +196,16 @@ def _said(words: str, lead: str = "; llama.cpp said: ") -> str:
     return f"{lead}{words}" if words else ""
 
 
-def _read_records(stream, records: list[dict]) -> None:
+def read_records(stream, records: list[dict]) -> None:
+    """A child's JSON records from its stdout (a reader thread's loop)."""
     for raw in stream:
         record = json_record(raw)
         if record is not None:
             records.append(record)
 
 
-def _read_lines(stream, lines: collections.deque[str]) -> None:
+def read_lines(stream, lines: collections.deque[str]) -> None:
+    """A child's words from its stderr, the last ones kept (a reader thread's loop)."""
     for raw in stream:
         text = raw.decode("utf-8", "replace").strip()
         if text:
