@@ -225,16 +225,8 @@ class EngineWorker(QObject):
 
 
 class EngineClient(QObject):
-    """The UI thread's handle on the engine thread.
-
-    Signals (all on the UI thread):
-      load_progress(stage, fraction)   fraction in [0, 1], or -1 when unknown
-      loaded(LoadInfo) / load_failed(message)
-      tokens(request_id, [TokenEvent], Stats | None)  coalesced; Stats is a live snapshot
-      finished(request_id, Stats)      after the last ``tokens`` of that request
-      failed(request_id, message)
-      busy_changed(bool)               a reply is being generated
-    """
+    """The UI thread's handle on the engine thread: an ``app.bridge.client.Engine`` (its
+    signals are listed there), for tests and tools; the app runs the engine process."""
 
     separate_process = False  # (app.bridge.client.Engine) the engine shares this process
     load_progress = Signal(str, float)

@@ -37,7 +37,6 @@ from app.server.worker import Delta, EngineWorker, Job, Outcome
 log = logging.getLogger(__name__)
 
 
-
 def create_app(worker: EngineWorker, *, model_id: str, defaults: Defaults, info=None,
                api_key: str | None = None, max_body: int = DEFAULT_MAX_BODY, cors_origins=(), allowed_hosts=(),
                model_aliases=()):
@@ -130,26 +129,24 @@ class JobResponse(JobOutputResponse):
         super().__init__()
         self.job, self.shapes = job, shapes
 
-    async def _respond(self, send) -> None:
+    async def _whole(self, item, send) -> None:
         job, shapes = self.job, self.shapes
-        item = await self._first_output(send)
-        if item is None:
-            return
-        if not job.spec.stream:
-            texts, calls, entries = [], [], []
-            while isinstance(item, (Delta, CallItem)):
-                if isinstance(item, Delta):
-                    texts.append(item.text)
-                    entries.extend(item.logprobs)
-                else:
-                    calls.append(item)
-                item = await job.output.get()
-            if isinstance(item, ApiError):
-                await send_json(send, item.status, item.body())
-            elif isinstance(item, Outcome):
-                logprobs = entries if job.spec.logprobs is not None else None
-                await send_json(send, 200, shapes.whole("".join(texts), item, calls, logprobs))
-            return
+        texts, calls, entries = [], [], []
+        while isinstance(item, (Delta, CallItem)):
+            if isinstance(item, Delta):
+                texts.append(item.text)
+                entries.extend(item.logprobs)
+            else:
+                calls.append(item)
+            item = await job.output.get()
+        if isinstance(item, ApiError):
+            await send_json(send, item.status, item.body())
+        elif isinstance(item, Outcome):
+            logprobs = entries if job.spec.logprobs is not None else None
+            await send_json(send, 200, shapes.whole("".join(texts), item, calls, logprobs))
+
+    async def _stream(self, item, send) -> None:
+        job, shapes = self.job, self.shapes
         await start_stream(send, EVENT_STREAM)
         opening = shapes.opening()
         if opening is not None:

@@ -15,7 +15,9 @@ GONE = object()  # pushed into a job's output when its client disconnects
 
 
 class JobOutputResponse(Response):
-    """Subclasses write the reply in ``_respond(send)`` from ``self.job.output``."""
+    """A job's reply: its first output read here (a failure before it answered whole, in
+    the route's shape), then written by the subclass, whole (``_whole``) or as a stream
+    (``_stream``), from ``self.job.output``."""
 
     job = None  # the app.server.worker.Job answered
 
@@ -38,6 +40,16 @@ class JobOutputResponse(Response):
             listener.cancel()
 
     async def _respond(self, send) -> None:
+        item = await self._first_output(send)
+        if item is not None:
+            await (self._stream(item, send) if self.job.spec.stream else self._whole(item, send))
+
+    async def _whole(self, item, send) -> None:
+        """The reply in one JSON answer, starting from its first output ``item``."""
+        raise NotImplementedError
+
+    async def _stream(self, item, send) -> None:
+        """The reply as the route's stream, starting from its first output ``item``."""
         raise NotImplementedError
 
     async def _first_output(self, send):

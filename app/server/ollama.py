@@ -165,21 +165,19 @@ class NdjsonResponse(JobOutputResponse):
     def error_body(error: ApiError) -> dict:
         return {"error": error.message}  # Ollama's error shape
 
-    async def _respond(self, send) -> None:
+    async def _whole(self, item, send) -> None:
         job, shapes = self.job, self.shapes
-        item = await self._first_output(send)
-        if item is None:
-            return
-        if not job.spec.stream:
-            texts = []
-            while isinstance(item, Delta):
-                texts.append(item.text)
-                item = await job.output.get()
-            if isinstance(item, ApiError):
-                await send_json(send, item.status, {"error": item.message})
-            elif isinstance(item, Outcome):
-                await send_json(send, 200, shapes.final("".join(texts), item, self.started))
-            return
+        texts = []
+        while isinstance(item, Delta):
+            texts.append(item.text)
+            item = await job.output.get()
+        if isinstance(item, ApiError):
+            await send_json(send, item.status, {"error": item.message})
+        elif isinstance(item, Outcome):
+            await send_json(send, 200, shapes.final("".join(texts), item, self.started))
+
+    async def _stream(self, item, send) -> None:
+        job, shapes = self.job, self.shapes
         await start_stream(send, NDJSON)
         while True:
             if isinstance(item, Delta):

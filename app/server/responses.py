@@ -312,33 +312,31 @@ class ResponsesReply(JobOutputResponse):
         self.job, self.shapes, self.keep = job, shapes, keep
         self.sequence = 0
 
-    async def _respond(self, send) -> None:
+    async def _whole(self, item, send) -> None:
         job, shapes = self.job, self.shapes
-        item = await self._first_output(send)
-        if item is None:
+        texts, output = [], []
+        while isinstance(item, (Delta, CallItem)):
+            if isinstance(item, Delta):
+                texts.append(item.text)
+            else:
+                if "".join(texts):
+                    output.append(shapes.message(f"msg_{uuid.uuid4().hex[:24]}", "".join(texts), "completed"))
+                texts = []
+                output.append(shapes.call(item))
+            item = await job.output.get()
+        if isinstance(item, ApiError):
+            await send_json(send, item.status, item.body())
             return
-        if not job.spec.stream:
-            texts, output = [], []
-            while isinstance(item, (Delta, CallItem)):
-                if isinstance(item, Delta):
-                    texts.append(item.text)
-                else:
-                    if "".join(texts):
-                        output.append(shapes.message(f"msg_{uuid.uuid4().hex[:24]}", "".join(texts), "completed"))
-                    texts = []
-                    output.append(shapes.call(item))
-                item = await job.output.get()
-            if isinstance(item, ApiError):
-                await send_json(send, item.status, item.body())
-                return
-            if not isinstance(item, Outcome):
-                return
-            if "".join(texts) or not output:
-                output.append(shapes.message(f"msg_{uuid.uuid4().hex[:24]}", "".join(texts), "completed"))
-            whole = shapes.response(_status(item), output, item)
-            self.keep((_conversation(output), whole))
-            await send_json(send, 200, whole)
+        if not isinstance(item, Outcome):
             return
+        if "".join(texts) or not output:
+            output.append(shapes.message(f"msg_{uuid.uuid4().hex[:24]}", "".join(texts), "completed"))
+        whole = shapes.response(_status(item), output, item)
+        self.keep((_conversation(output), whole))
+        await send_json(send, 200, whole)
+
+    async def _stream(self, item, send) -> None:
+        job, shapes = self.job, self.shapes
         await start_stream(send, EVENT_STREAM)
         await self._event(send, "response.created", response=shapes.response("in_progress", []))
         await self._event(send, "response.in_progress", response=shapes.response("in_progress", []))
