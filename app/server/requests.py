@@ -43,6 +43,7 @@ class _Body(BaseModel):
 class TandemOptions(_Body):
     speculative: bool | None = None
     draft_max: int | Literal["auto"] | None = Field(None)
+    tree: Literal["auto", "on", "off"] | None = None  # token trees, as the setting of that name
     token_kinds: bool = False
 
 
@@ -226,6 +227,8 @@ def _job(kind, checked: _Common, defaults: Defaults, requested: int | None, para
         if options.draft_max != "auto" and not low <= options.draft_max <= high:
             raise ApiError(400, f"tandem.draft_max must be {low}-{high} or \"auto\".", param="tandem.draft_max")
         spec = dataclasses.replace(spec, draft_max=options.draft_max, draft_min=min(spec.draft_min, _length(options.draft_max)))
+    if options.tree is not None:
+        spec = dataclasses.replace(spec, tree=options.tree)
     return JobSpec(kind=kind, sampling=sampling, spec=spec, max_tokens=max_tokens,
                    stop=tuple(s for s in stops if s), stream=bool(checked.stream),
                    include_usage=bool(checked.stream_options and checked.stream_options.include_usage),

@@ -52,13 +52,14 @@ def sampling_config(settings: Settings) -> SamplingConfig:
 
 def spec_config(settings: Settings) -> SpecConfig:
     return speculation(settings.speculation, settings.draft_max, settings.draft_min, settings.p_min,
-                       copy=settings.copy_repeats)
+                       copy=settings.copy_repeats, tree=settings.tree)
 
 
-def speculation(enabled: bool, draft_max, draft_min: int = 1, p_min: float = 0.0, *, copy: bool = True) -> SpecConfig:
+def speculation(enabled: bool, draft_max, draft_min: int = 1, p_min: float = 0.0, *, copy: bool = True,
+                tree: str = "auto") -> SpecConfig:
     """The one mapping of a user's "copy repeated text" on/off to the engine's ``copy_min``."""
     return SpecConfig(enabled=enabled, draft_max=draft_max, draft_min=draft_min, p_min=p_min,
-                      copy_min=COPY_MIN if copy else 0)
+                      copy_min=COPY_MIN if copy else 0, tree=tree)
 
 
 def chat_format_names() -> tuple[str, ...]:

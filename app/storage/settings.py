@@ -273,9 +273,9 @@ class Settings:
     # Models
     target_path: str = option("", "Target model (GGUF). Empty: the demo pair's target.", _path)
     draft_path: str = option("", "Draft model (GGUF). Empty: the demo pair's draft.", _path)
-    drafter: Literal["model", "lookup"] = option(
-        "model", "Where guesses come from: a draft model, or prompt lookup (n-grams).",
-        _one_of("model", "lookup"))
+    drafter: Literal["model", "lookup", "lookahead"] = option(
+        "model", "Where guesses come from: a draft model, prompt lookup (n-grams of the chat), or "
+        "lookahead (the target's own n-gram pool and copies; no model).", _one_of("model", "lookup", "lookahead"))
     # Speculation
     speculation: bool = option(True, "Speculate with the drafter; off decodes with the target alone.", _flag)
     draft_max: int | Literal["auto"] = option(
@@ -286,6 +286,10 @@ class Settings:
     copy_repeats: bool = option(
         True, "When the reply repeats text from the chat, copy it as the guess instead of "
         "running the draft model.", _flag)
+    tree: Literal["auto", "on", "off"] = option(
+        "auto", "Token trees: verify the draft's second guesses beside its first in one batch. 'auto' "
+        "branches where its measurements say a tree pays, 'on' wherever the draft is unsure, 'off' never.",
+        _one_of("auto", "on", "off"))
     # Hardware
     # Upper bounds as on the command line: llama.cpp keeps these in 32 bits or fewer.
     target_gpu_layers: int | Literal["auto"] = option(

@@ -82,6 +82,9 @@ def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
                        help="stop drafting below this draft probability (default: %(default)s)")
     group.add_argument("--no-copy", action="store_true",
                        help="always run the draft model, even where the reply repeats earlier text")
+    group.add_argument("--tree", choices=["auto", "on", "off"], default=app.tree,
+                       help="token trees: the draft's second guesses verified beside its first in one batch; auto "
+                            "where measured to pay, on wherever the draft is unsure, off never (default: %(default)s)")
     add_sampler_arguments(group)
     group.add_argument("--seed", "-s", type=seed_value, metavar="N", default=seed_value(str(app.seed)),
                        help="random seed for sampling, -1 = a new one each run (default: -1)")
@@ -115,7 +118,8 @@ def sampling_from(args: argparse.Namespace, seed: int | None = None) -> Sampling
 def spec_from(args: argparse.Namespace) -> SpecConfig:
     from app.session.config import speculation
 
-    return speculation(not args.no_speculation, args.draft_max, args.draft_min, args.p_min, copy=not args.no_copy)
+    return speculation(not args.no_speculation, args.draft_max, args.draft_min, args.p_min, copy=not args.no_copy,
+                       tree=args.tree)
 
 
 class TerminalProgress:

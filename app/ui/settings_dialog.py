@@ -40,7 +40,7 @@ LABELS = {
     "target_path": "Target model", "draft_path": "Draft model", "drafter": "Guesses from",
     "chat_formats": "Chat format",
     "speculation": "Speculative decoding", "draft_max": "Draft length (max)", "draft_min": "Draft length (min)",
-    "p_min": "Stop drafting below probability", "copy_repeats": "Repeated text",
+    "p_min": "Stop drafting below probability", "copy_repeats": "Repeated text", "tree": "Token trees",
     "target_gpu_layers": "Target GPU layers",
     "draft_gpu_layers": "Draft GPU layers", "n_ctx": "Context size", "n_threads": "CPU threads",
     "flash_attention": "Flash attention", "rpc_workers": "Remote workers (RPC)", "tensor_split": "Layer split",
@@ -49,13 +49,15 @@ LABELS = {
 }
 PAGES = {
     "Models": ("target_path", "chat_formats", "drafter", "draft_path"),
-    "Speculation": ("speculation", "draft_max", "draft_min", "p_min", "copy_repeats"),
+    "Speculation": ("speculation", "draft_max", "draft_min", "p_min", "copy_repeats", "tree"),
     "Sampling": ("temperature", "top_k", "top_p", "min_p", "seed", "max_tokens"),
     "Hardware": ("target_gpu_layers", "draft_gpu_layers", "n_ctx", "n_threads", "flash_attention",
                  "rpc_workers", "tensor_split"),
     "System prompt": ("system_prompt",),
 }
-DRAFTERS = (("Draft model", DrafterKind.MODEL.value), ("Prompt lookup (no draft model)", DrafterKind.LOOKUP.value))
+DRAFTERS = (("Draft model", DrafterKind.MODEL.value), ("Prompt lookup (no draft model)", DrafterKind.LOOKUP.value),
+            ("Lookahead (the target's own n-grams; no draft model)", DrafterKind.LOOKAHEAD.value))
+TREES = (("Automatic (where measured to pay)", "auto"), ("On (wherever the draft is unsure)", "on"), ("Off", "off"))
 FLASH_ATTENTION = (("Automatic (off on a CPU)", "auto"), ("On", "on"), ("Off", "off"))
 GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
 MIN_WIDTH = 560  # px: room for a path and its Browse button
@@ -357,7 +359,8 @@ class SettingsDialog(QDialog):
             drafter = _get_value(self.editors["drafter"])
             self.compat_label.setText(
                 "Prompt lookup copies from the conversation; it needs no draft model." if drafter == DrafterKind.LOOKUP
-                else "Empty fields use the demo pair." if not self.editors["target_path"].text()
+                else "Lookahead drafts from the target's own n-grams; it needs no draft model."
+                if drafter == DrafterKind.LOOKAHEAD else "Empty fields use the demo pair." if not self.editors["target_path"].text()
                 else "No draft model: replies are decoded without speculation.")
             self.compat_label.setStyleSheet("")
             self._check_timer.stop()
@@ -397,6 +400,7 @@ class SettingsDialog(QDialog):
             "draft_min": _spin_for("draft_min", unit="token"),
             "p_min": _double_for("p_min", 0.05),
             "copy_repeats": QCheckBox("Copy text that repeats earlier text instead of drafting it"),
+            "tree": _combo(TREES),
             "temperature": _double_for("temperature", 0.1),
             "top_k": _spin_for("top_k", special="off"),
             "top_p": _double_for("top_p", 0.05),
