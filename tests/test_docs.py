@@ -168,3 +168,70 @@ def test_the_checks_can_fail(tmp_path):
     assert LINK.findall(prose(bad)) == ["nowhere.md"]
     assert HISTORY.search("as measured this round") and HASH.search("on commit 6158230 it") and HASH.search("at 82dfeac") and not HASH.search("deadbeef")
     assert "the-round" in headings("## The round\n")
+
+
+# -- constants the docs state ----------------------------------------------------------------
+# Each (doc, pattern whose one group is a number the doc states, the code's value): the doc
+# says what the code does, and a change of the constant fails here until the doc follows.
+def _lookahead_positions() -> int:
+    from app.engine.speculation.lookahead import NGRAM, WINDOW
+
+    return WINDOW * (NGRAM - 1) - 1
+
+
+def _constant(module: str, name: str):
+    def read():
+        import importlib
+
+        value = importlib.import_module(module)
+        for part in name.split("."):
+            value = getattr(value, part)
+        return value
+    return read
+
+
+def _default(setting: str):
+    def read():
+        from app.storage.settings import Settings
+
+        return getattr(Settings(), setting)
+    return read
+
+
+STATED = [
+    ("docs/speculative.md", r"(\d+) extra positions", _lookahead_positions),
+    ("docs/speculative.md", r"judges it after (\d+) rounds", _constant("app.engine.speculation.lookahead",
+                                                                      "LookaheadPolicy.WARMUP")),
+    ("docs/speculative.md", r"drops it after (\d+)\s+verdicts", _constant("app.engine.speculation.lookahead",
+                                                                         "LookaheadPolicy.OFF_AFTER")),
+    ("docs/speculative.md", r"tries it again after (\d+) rounds", _constant("app.engine.speculation.lookahead",
+                                                                           "LookaheadPolicy.PROBE_EVERY")),
+    ("docs/speculative.md", r"up to ([\d,]+) rounds", _constant("app.engine.speculation.lookahead",
+                                                               "LookaheadPolicy.PROBE_MOST")),
+    ("docs/clients.md", r"reads at most the last ([\d,]+) tokens", _constant("app.engine.speculation.drafters",
+                                                                            "DRAFT_WINDOW")),
+    ("docs/using.md", r"\(at most (\d+) GiB\)", lambda: _constant("app.engine.gguf.memory_plan", "MARGIN_MOST")() >> 30),
+    ("docs/using.md", r"a batch\s+of (\d+) tokens", _constant("app.engine.gguf.context_shape", "BATCH")),
+    ("docs/using.md", r"(\d+) sequences for token trees", _constant("app.engine.gguf.context_shape", "TREE_BRANCHES")),
+    ("docs/using.md", r"(\d+)\s+rollback snapshots", _constant("app.engine.gguf.memory_kinds", "RS_SNAPSHOTS_DEFAULT")),
+    ("docs/cli.md", r"replies of at most (\d+) tokens, context", _default("max_tokens")),
+    ("docs/cli.md", r"tokens, context (\d+),", _default("n_ctx")),
+]
+
+
+def stated_numbers(text: str, pattern: str) -> list[str]:
+    return re.findall(pattern, text)
+
+
+@pytest.mark.parametrize(("doc", "pattern", "value"), STATED, ids=[f"{d}:{p}" for d, p, _ in STATED])
+def test_every_stated_constant_is_the_codes(doc, pattern, value):
+    found = stated_numbers((ROOT / doc).read_text(encoding="utf-8"), pattern)
+    assert found, f"{doc} no longer says {pattern!r}: update STATED with what it says now"
+    expected = value()
+    for number in found:
+        assert float(number.replace(",", "")) == expected, (doc, pattern, number, expected)
+
+
+def test_a_drifted_constant_fails():
+    text = "the target's batches carry a Jacobi window (5 columns × 3 levels, 15 extra positions)"
+    assert stated_numbers(text, STATED[0][1]) == ["15"] and _lookahead_positions() != 15
