@@ -44,7 +44,7 @@ from pathlib import Path
 from app.bench.report import NO_COPY, busy_comparison, format_busy, format_table, middle_run, summarize
 from app.terminal.arg_types import regular_file, setting_value, whole
 from app.terminal.shared import add_sampler_arguments
-from app.storage.settings import Settings, number_range
+from app.storage.settings import number_range
 from app.errors import TandemError
 from app.terminal.prompt_files import read_jsonl, text_field
 from app.engine.speculation.draft_policy import draft_policy
@@ -132,7 +132,6 @@ def add_parser(commands, add_model_arguments) -> None:
                             "like off,on runs each, the later ones labelled \"auto tree=on\" (default: auto)")
     from app.bench import methods as bench_methods
 
-    defaults = Settings()
     sampled = bench.add_argument_group("sampling (default: the app's settings; --temperature 0 measures greedy)")
     add_sampler_arguments(sampled)
     sampled.add_argument("--seed", type=whole(0, number_range("seed").high), metavar="N", default=0,

@@ -48,7 +48,7 @@ def _size(text: str) -> int:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     """Exit 0 when the pair fits, 1 when it does not (the plan is printed either way)."""
-    from app.session.fit import describe, plan_files, read_machine
+    from app.session.fit import plan_files, read_machine
 
     machine = read_machine(args.gpu_memory, build_has_gpu=False)
     plan = plan_files(args.target_path, args.draft_path, n_ctx=args.n_ctx, machine=machine,

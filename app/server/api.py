@@ -25,7 +25,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
 
 from app.server.errors import ApiError, server_error
-from app.server.job_response import EVENT_STREAM, GONE, JobOutputResponse, send_body, send_json, start_stream
+from app.server.job_response import EVENT_STREAM, JobOutputResponse, send_body, send_json, start_stream
 from app.server.guard import DEFAULT_MAX_BODY, Guard
 from app.server.ollama import add_ollama_routes
 from app.server.replies import Shapes

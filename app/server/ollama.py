@@ -23,7 +23,7 @@ from starlette.responses import Response
 
 from app import __version__
 from app.server.errors import ApiError
-from app.server.job_response import GONE, NDJSON, JobOutputResponse, send_body, send_json, start_stream
+from app.server.job_response import NDJSON, JobOutputResponse, send_body, send_json, start_stream
 from app.server.ollama_models import OLLAMA_API_VERSION, ModelCard, timestamp
 from app.server.ollama_requests import (TAG, ChatRequest, GenerateRequest, checked, chat_spec, generate_spec,
                                         is_load_only)

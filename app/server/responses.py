@@ -27,7 +27,7 @@ from collections import OrderedDict
 from fastapi import Request
 
 from app.server.errors import ApiError
-from app.server.job_response import EVENT_STREAM, GONE, JobOutputResponse, send_body, send_json, start_stream
+from app.server.job_response import EVENT_STREAM, JobOutputResponse, send_body, send_json, start_stream
 from app.server.replies import tandem_figures
 from app.server.requests import Defaults, chat_job, parse_json
 from app.server.tools import CallItem
