@@ -124,11 +124,12 @@ def _windows_available() -> int:
 
 
 def estimate_for(model: ModelFile, n_ctx: int, *, draft: bool, flash_attention: str = "auto",
-                 gpu: bool = False) -> MemoryEstimate:
-    """A model's memory with the context Tandem would create for it at ``n_ctx``."""
+                 gpu: bool = False, tensors: list | None = None) -> MemoryEstimate:
+    """A model's memory with the context Tandem would create for it at ``n_ctx``;
+    ``tensors``: ``all_tensors(model)``, when the caller has read them already."""
     shape = context_shape(model.memory_kind, model.architecture, model.file_type, n_ctx, draft=draft,
                           flash=flash_attention, gpu=gpu)
-    return estimate_memory(all_tensors(model), model.hparams, model.n_vocab, shape, memory_kind=model.memory_kind)
+    return estimate_memory(all_tensors(model) if tensors is None else tensors, model.hparams, model.n_vocab, shape, memory_kind=model.memory_kind)
 
 
 def all_tensors(model: ModelFile) -> list:
@@ -152,10 +153,15 @@ def plan_files(target: str | Path | ModelFile, draft: str | Path | ModelFile | N
     target = open_model_file(target)
     draft = open_model_file(draft) if draft is not None else None
     gpu = machine.has_gpu and machine.device != "simulated GPU"
+    # Each file's tensors read once (a split model's other parts are headers to walk), not
+    # once for every context the plan tries
+    target_tensors = all_tensors(target)
+    draft_tensors = all_tensors(draft) if draft is not None else None
 
     def estimates(n: int) -> tuple[MemoryEstimate, MemoryEstimate | None]:
-        return (estimate_for(target, n, draft=False, flash_attention=flash_attention, gpu=gpu),
-                estimate_for(draft, n, draft=True, flash_attention=flash_attention, gpu=gpu) if draft else None)
+        return (estimate_for(target, n, draft=False, flash_attention=flash_attention, gpu=gpu, tensors=target_tensors),
+                estimate_for(draft, n, draft=True, flash_attention=flash_attention, gpu=gpu, tensors=draft_tensors)
+                if draft is not None else None)
 
     return plan_with_context(estimates, n_ctx, gpu_free=machine.gpu_free, ram_free=machine.ram_free,
                              device=machine.device, target_layers=target_gpu_layers, draft_layers=draft_gpu_layers)

@@ -17,7 +17,7 @@ planned. Pure arithmetic on ``MemoryEstimate``: the front ends read the free mem
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from app.engine.gguf.memory_estimate import MemoryEstimate
@@ -103,7 +103,7 @@ def plan_pair(target: MemoryEstimate, draft: MemoryEstimate | None, *, gpu_free:
     plan = PairPlan(target=target_plan, draft=draft_plan, device=device if gpu_free else "CPU",
                     gpu_free=gpu_free, ram_free=ram_free, fits=False)
     on_gpu_ok = not gpu_free or plan.gpu_bytes <= gpu_free
-    return PairPlan(**{**plan.__dict__, "fits": on_gpu_ok and plan.ram_bytes <= ram_free})
+    return replace(plan, fits=on_gpu_ok and plan.ram_bytes <= ram_free)
 
 
 def _place(estimate: MemoryEstimate, asked: GpuLayers, budget: int) -> ModelPlan:
@@ -130,6 +130,6 @@ def plan_with_context(estimate_at: Callable[[int], tuple[MemoryEstimate, MemoryE
     n = 1 << max(0, (n_ctx - 1).bit_length() - 1)  # the powers of two below it, largest first
     while n >= SMALLEST_CONTEXT:
         if plan_pair(*estimate_at(n), **budget).fits:
-            return PairPlan(**{**plan.__dict__, "smaller_context": n})
+            return replace(plan, smaller_context=n)
         n //= 2
     return plan
