@@ -14,7 +14,8 @@ from typing import Callable
 from app.backends import rpc
 from app.backends.llama_cpp_backend import LlamaBackend
 from app.backends.model_check import require_model_runs
-from app.engine.speculation.drafters import Drafter, LookupDrafter, ModelDrafter
+from app.engine.speculation.drafter_interface import Drafter
+from app.engine.speculation.drafters import LookupDrafter, ModelDrafter
 from app.engine.errors import EngineError
 from app.engine.speculation.lookahead import LookaheadDrafter
 from app.engine.gguf.meta import Compatibility, pair_verdict

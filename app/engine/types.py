@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -52,6 +53,18 @@ class SpecConfig:
     # its measurements say a tree pays (a fixed length stays a line), "on" branches
     # wherever the draft is unsure and verifies every differing copy, "off" never.
     tree: Literal["auto", "on", "off"] = "auto"
+
+    @property
+    def auto(self) -> bool:
+        """Whether the engine chooses each round's length (the one test of ``draft_max``'s
+        "auto": ``draft_policy.draft_policy`` makes the policy from it)."""
+        return self.draft_max == "auto"
+
+    def with_draft_max(self, draft_max: int | Literal["auto"]) -> SpecConfig:
+        """This config drafting at most ``draft_max``; a fixed length under ``draft_min``
+        lowers that too (else no round could draft)."""
+        changed = dataclasses.replace(self, draft_max=draft_max)
+        return changed if changed.auto else dataclasses.replace(changed, draft_min=min(self.draft_min, int(draft_max)))
 
 
 @dataclass(frozen=True)

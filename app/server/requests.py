@@ -226,17 +226,13 @@ def _job(kind, checked: _Common, defaults: Defaults, requested: int | None, para
         low, high = DRAFT_MAX_RANGE
         if options.draft_max != "auto" and not low <= options.draft_max <= high:
             raise ApiError(400, f"tandem.draft_max must be {low}-{high} or \"auto\".", param="tandem.draft_max")
-        spec = dataclasses.replace(spec, draft_max=options.draft_max, draft_min=min(spec.draft_min, _length(options.draft_max)))
+        spec = spec.with_draft_max(options.draft_max)
     if options.tree is not None:
         spec = dataclasses.replace(spec, tree=options.tree)
     return JobSpec(kind=kind, sampling=sampling, spec=spec, max_tokens=max_tokens,
                    stop=tuple(s for s in stops if s), stream=bool(checked.stream),
                    include_usage=bool(checked.stream_options and checked.stream_options.include_usage),
                    token_kinds=options.token_kinds, speculation_refused=options.speculative is False, **prompt)
-
-
-def _length(draft_max) -> int:
-    return DRAFT_MAX_RANGE[1] if draft_max == "auto" else draft_max
 
 
 def _content_text(message: Message, index: int) -> str:

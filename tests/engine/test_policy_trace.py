@@ -31,7 +31,8 @@ from app.engine.speculation import drafters
 
 from app.engine.speculation import speculative
 from app.engine.speculation.draft_policy import AutoDraftLength
-from app.engine.speculation.drafters import Draft, ModelDrafter
+from app.engine.speculation.drafter_interface import Draft
+from app.engine.speculation.drafters import ModelDrafter
 from app.engine.speculation.speculative import SpeculativeEngine
 from app.engine.types import SamplingConfig, SpecConfig
 
@@ -127,14 +128,17 @@ class _TimedMarkov(MarkovBackend):
 
 
 class _RecordingDrafter(ModelDrafter):
-    """Records what each proposal was asked for and what it gave."""
+    """Records what each proposal was asked for and what it gave. It drafts lines only
+    (the trace was recorded without trees)."""
+
+    branches = False
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.calls: list[list] = []
 
-    def propose(self, context, n_max, sampling, rng, p_min, go_on=None):
-        draft = super().propose(context, n_max, sampling, rng, p_min, go_on)
+    def propose(self, context, n_max, sampling, rng, p_min, go_on=None, **extra):
+        draft = super().propose(context, n_max, sampling, rng, p_min, go_on, **extra)
         self.calls.append([n_max, p_min, go_on is not None, len(draft)])
         return draft
 

@@ -41,7 +41,7 @@ from typing import Callable, NamedTuple, Protocol, Sequence
 
 from app.engine.speculation.acceptance import CONFIDENCE_BANDS, ConfidenceAcceptance, PositionAcceptance, band_of
 from app.engine.speculation.draft_costs import RoundCosts
-from app.engine.speculation.drafters import Draft
+from app.engine.speculation.drafter_interface import Draft
 from app.engine.speculation.token_tree import TokenTree
 from app.engine.speculation.tree_policy import BRANCH_BELOW, BranchPolicy
 from app.engine.types import SpecConfig
@@ -75,6 +75,8 @@ class RoundPlan:
 
 
 class DraftPolicy(Protocol):
+    adapts: bool  # auto: it learns the length; False: the user fixed one
+
     def plan_round(self, limit: int) -> RoundPlan:
         """The next round's plan, at most ``limit`` tokens long. May advance the
         policy's state: call it once per round."""
@@ -100,6 +102,8 @@ class DraftPolicy(Protocol):
 class FixedDraftLength:
     """Always ``length`` tokens (or what room is left); measures nothing. With
     ``trees`` ("on"), branches wherever the draft is unsure and forks every copy."""
+
+    adapts = False
 
     def __init__(self, length: int, trees: str = "off") -> None:
         self.length = length
@@ -137,6 +141,8 @@ class BestDraft(NamedTuple):
 
 class AutoDraftLength:
     """Measures costs and acceptance as it runs, and drafts what they say pays."""
+
+    adapts = True
 
     def __init__(self, trees: str = "auto") -> None:
         self.trees = trees                             # SpecConfig.tree: "auto", "on" or "off"
@@ -278,11 +284,16 @@ class AutoDraftLength:
         self.branches.tree_overhead.add(max(overhead, 0.0))
 
 
-def draft_policy(spec: SpecConfig) -> DraftPolicy:
-    """A fresh policy for ``spec.draft_max``: a fixed length, or auto (``spec.tree`` says
-    whether either branches)."""
-    if spec.draft_max == "auto":
-        return AutoDraftLength(spec.tree)
+def draft_policy(spec: SpecConfig, auto: AutoDraftLength | None = None) -> DraftPolicy:
+    """The policy ``spec.draft_max`` names, the one place that tells auto from a fixed
+    length: that length, or auto: ``auto`` where given (an engine keeps what it measured
+    of its pair from reply to reply), else a fresh one. ``spec.tree`` says whether either
+    branches."""
+    if spec.auto:
+        if auto is None:
+            return AutoDraftLength(spec.tree)
+        auto.trees = spec.tree
+        return auto
     return FixedDraftLength(int(spec.draft_max), "on" if spec.tree == "on" else "off")
 
 

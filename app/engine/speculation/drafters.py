@@ -11,75 +11,18 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass, field
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from app.engine.backend import ModelBackend, borrow_rows
 from app.engine.speculation.constraints import Constraint, ConstraintError, constrained_argmax, constrained_dist, trim_to_constraint
 from app.engine.speculation.copy_sources import CopySources
+from app.engine.speculation.drafter_interface import Draft, DrafterDefaults
 from app.engine.speculation.peak import peak
 from app.engine.speculation.sampling import runner_up, softmax_prob, warp_dist
 from app.engine.speculation.sparse_dist import Dist
 from app.engine.types import DrafterKind, SamplingConfig
-
-
-@dataclass
-class Draft:
-    tokens: list[int] = field(default_factory=list)
-    # Per drafted token: the distribution it was drawn from (temperature > 0 only;
-    # the rejection rule needs exactly that q: a ``Dist``, a copy's a point at its
-    # token) and the drafter's probability of it.
-    q: list[Dist] = field(default_factory=list)
-    probs: list[float] = field(default_factory=list)
-    # Seconds per draft step, for the cost model. Catching up on tokens the
-    # drafter had not seen (after plain rounds) is left out: it is one batch,
-    # whose cost says nothing about the next draft step.
-    step_seconds: list[float] = field(default_factory=list)
-    # The process's CPU seconds over each of those steps: with the threads, they say
-    # whether the threads had their cores (``thread_policy.py``).
-    step_cpu_seconds: list[float] = field(default_factory=list)
-    catchup_seconds: float = 0.0  # that catching up (more than the usual [d_k, bonus])
-    # The token whose probability fell under p_min and ended the draft, and that
-    # probability: the target's next token says whether cutting there was right.
-    dropped: tuple[int, float] | None = None
-    # Token trees (``token_tree.py``): per position where the drafter was asked to
-    # branch, a second candidate there (token, the drafter's probability of it, and
-    # sampled: the distribution it was drawn from, q without the first candidate).
-    alternatives: dict[int, tuple[int, float, Dist | None]] = field(default_factory=dict)
-    # Greedy, per drafted token: the drafter's best other token (None: nothing else was
-    # possible), so that a rejection can say afterwards whether the runner-up was the
-    # target's token. Worked out while the logits are at hand: a backend's logits may be
-    # a view that the next step overwrites, and are never kept.
-    runner_ups: list[int | None] = field(default_factory=list)
-    # A copy: what another place to copy from says instead, where it disagrees.
-    other_copies: list[list[int]] = field(default_factory=list)
-    # Drafted through text (``text_bridge.py``): what the draft wrote, in its own tokens
-    # (each one's text), for display only.
-    source: tuple[str, ...] = ()
-
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-
-class Drafter(Protocol):
-    kind: DrafterKind
-    seconds: float  # time spent inside model calls, for the stats
-
-    def prepare(self, context: Sequence[int]) -> None:
-        """Process a new prompt ahead of the first proposal."""
-
-    def propose(self, context: Sequence[int], n_max: int, sampling: SamplingConfig,
-                rng: np.random.Generator, p_min: float,
-                go_on: Callable[[float], bool] | None = None, constraint: Constraint | None = None) -> Draft:
-        """Up to ``n_max`` tokens. A token less probable than ``p_min`` is not proposed;
-        after each token, ``go_on(its probability)`` false ends the draft. Both look
-        only at the draft's own probabilities, so where a draft ends never biases
-        what the target accepts. Under ``constraint`` (the committed state; a drafter
-        drafts on a fork of it, never advancing it) a drafter may draft what it allows."""
-
-    def close(self) -> None: ...
 
 
 # The most of a long prompt the draft model reads: its tail. The draft guesses the next
@@ -89,12 +32,13 @@ class Drafter(Protocol):
 DRAFT_WINDOW = 1024
 
 
-class ModelDrafter:
+class ModelDrafter(DrafterDefaults):
     """Drafts with a small model whose vocabulary matches the target's. Of a prompt
     longer than ``reads_at_most`` tokens it reads the tail (``DRAFT_WINDOW``)."""
 
     kind = DrafterKind.MODEL
     reads_at_most = DRAFT_WINDOW
+    branches = True
 
     def __init__(self, model: ModelBackend, target_vocab: int, eog_ids: Sequence[int] = ()) -> None:
         self.model = model
@@ -121,10 +65,10 @@ class ModelDrafter:
     def propose(self, context: Sequence[int], n_max: int, sampling: SamplingConfig,
                 rng: np.random.Generator, p_min: float,
                 go_on: Callable[[float], bool] | None = None, constraint: Constraint | None = None,
-                branch: Callable[[float], bool] | None = None) -> Draft:
+                branch: Callable[[float], bool] | None = None, lines: int = 1) -> Draft:
         """As ``Drafter.propose``; under ``constraint`` the draft model drafts with its own
         fork of it; where ``branch(a token's probability)`` says so, a second candidate is
-        kept beside it (``Draft.alternatives``)."""
+        kept beside it (``Draft.alternatives``). It drafts one line."""
         draft = Draft()
         n_max = min(n_max, self.model.n_ctx - (len(context) - self._offset))
         if n_max <= 0:
@@ -179,6 +123,12 @@ class ModelDrafter:
             if state is not None:
                 state.advance(token)
             pending = [token]
+
+    def roll_back(self, committed: Sequence[int]) -> None:
+        """Trim the cache to what the target kept (the next proposal would, first)."""
+        if 0 <= self._offset < len(committed):
+            context = committed[self._offset:]
+            self.model.trim(min(common_prefix(self.model.tokens, context), len(context) - 1))
 
     def _sync(self, context: Sequence[int]) -> list[int]:
         """Trim the cache to its common prefix with ``context``; return what it has not seen.
@@ -261,7 +211,7 @@ class ModelDrafter:
         self.model.close()
 
 
-class LookupDrafter:
+class LookupDrafter(DrafterDefaults):
     """Prompt lookup: propose what followed the latest earlier match of the last n tokens.
 
     The n-grams are indexed as the context grows (a few dict writes per new token),
@@ -269,6 +219,7 @@ class LookupDrafter:
     """
 
     kind = DrafterKind.LOOKUP
+    copies_context = True
 
     def __init__(self, target_vocab: int, ngram_max: int = 3, ngram_min: int = 1,
                  eog_ids: Sequence[int] = ()) -> None:
@@ -289,7 +240,8 @@ class LookupDrafter:
 
     def propose(self, context: Sequence[int], n_max: int, sampling: SamplingConfig,
                 rng: np.random.Generator, p_min: float,
-                go_on: Callable[[float], bool] | None = None, constraint: Constraint | None = None) -> Draft:
+                go_on: Callable[[float], bool] | None = None, constraint: Constraint | None = None,
+                branch: Callable[[float], bool] | None = None, lines: int = 1) -> Draft:
         # The engine cuts a copy where a constraint refuses it (``constrained_draft``).
         # A copied continuation has no confidence to judge it by (each token's is 1): no cut.
         return self.copy(context, n_max, sampling)

@@ -35,11 +35,12 @@ from typing import Callable, Literal, Sequence
 import numpy as np
 
 from app.engine.speculation.constraints import Constraint
-from app.engine.speculation.drafters import Draft, LookupDrafter
+from app.engine.speculation.drafter_interface import Draft, DrafterDefaults, RoundOutcome
+from app.engine.speculation.drafters import LookupDrafter
 from app.engine.speculation.probes import ProbeBackoff, rate
 from app.engine.speculation.token_tree import TokenTree
 from app.engine.speculation.tree_round import TreeRound
-from app.engine.types import DrafterKind, SamplingConfig
+from app.engine.types import DrafterKind, SamplingConfig, Stats
 
 WINDOW = 5          # W: columns of the Jacobi window
 NGRAM = 4           # N: tokens of an n-gram (the window has N - 1 levels)
@@ -145,6 +146,7 @@ class LookaheadRound(TreeRound):
     pool's n-grams) come first, the window after them."""
 
     guesses: int = 0  # the tree's nodes before the window's
+    teaches_policy = False  # the window is not the draft-length policy's to judge
 
     def main_accepted(self, path: list[int]) -> int:
         """How much of the main guess the target kept (the window is not a guess of it)."""
@@ -244,11 +246,27 @@ class LookaheadPolicy:
                 self._probes.reset()
 
 
-class LookaheadDrafter:
+class WindowRider:
+    """The Jacobi window as the round's rider: hung after the guess in the round's tree,
+    and advanced by what the target says of it (its outputs feed the pool)."""
+
+    def __init__(self, window: JacobiWindow, pool: NgramPool) -> None:
+        self.window, self.pool = window, pool
+        self.width = window.width
+
+    def shape(self, last: int, draft: Draft) -> LookaheadRound:
+        return lookahead_round(last, draft, self.window)
+
+    def advance(self, rows: np.ndarray, emitted: int) -> None:
+        self.window.advance(rows, emitted, self.pool)
+
+
+class LookaheadDrafter(DrafterDefaults):
     """Copies from the context and from the target's own n-gram pool; the engine carries
     its Jacobi window in the verification batch while ``policy`` says it pays."""
 
     kind = DrafterKind.LOOKAHEAD
+    copies_context = True
 
     def __init__(self, target_vocab: int, eog_ids: Sequence[int] = (), mode: LookaheadMode = "auto",
                  width: int = WINDOW, ngram: int = NGRAM, copy: bool = True) -> None:
@@ -272,7 +290,7 @@ class LookaheadDrafter:
     def propose(self, context: Sequence[int], n_max: int, sampling: SamplingConfig,
                 rng: np.random.Generator, p_min: float,
                 go_on: Callable[[float], bool] | None = None, constraint: Constraint | None = None,
-                lines: int = 1) -> Draft:
+                branch: Callable[[float], bool] | None = None, lines: int = 1) -> Draft:
         """A copy from the context if its last tokens occurred before, else the pool's
         newest n-gram after the last token (continued through the pool); with ``lines``
         above one, up to that many lines in all, the others as ``Draft.other_copies``
@@ -291,5 +309,18 @@ class LookaheadDrafter:
         self.seconds += time.perf_counter() - started
         return draft
 
-    def close(self) -> None:
-        pass
+    def rider(self, room: int, branches: int, plain_seconds: float | None) -> WindowRider | None:
+        """The window, where the batch has branches to spare for it and whatever the
+        walk keeps of it fits the reply's ``room``, and the policy says it pays."""
+        window = self.window
+        if window is None or branches <= window.width or window.depth > room - 1:
+            return None
+        return WindowRider(window, self.pool) if self.policy.carry(plain_seconds) else None
+
+    def observe(self, outcome: RoundOutcome, stats: Stats) -> None:
+        # Every round teaches the policy: those without the window are what it is set against.
+        self.policy.observe(outcome.carried, outcome.written, outcome.seconds)
+        stats.lookahead_rounds += outcome.carried
+
+    def report(self, stats: Stats) -> None:
+        stats.lookahead_note = self.policy.note

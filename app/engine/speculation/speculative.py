@@ -63,25 +63,24 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
 from app.engine.backend import ModelBackend, borrow_rows, borrow_tree
+from app.engine.errors import ContextOverflowError
+from app.engine.speculation.constraints import Constraint
+from app.engine.speculation.copy_sources import CopySources
 from app.engine.speculation.detokenize import StreamingDetokenizer, token_display_text
 from app.engine.speculation.draft_costs import RecentCost
-from app.engine.speculation.constraints import Constraint
-from app.engine.speculation.draft_policy import AutoDraftLength, DraftPolicy, FixedDraftLength
-from app.engine.speculation.copy_sources import CopySources
-from app.engine.speculation.drafters import Draft, Drafter, LookupDrafter, common_prefix, constrained_draft
-from app.engine.errors import ContextOverflowError
-from app.engine.speculation.lookahead import JacobiWindow, LookaheadRound, lookahead_round
-from app.engine.speculation.thread_policy import threads_for
+from app.engine.speculation.draft_policy import AutoDraftLength, DraftPolicy, RoundPlan, draft_policy
+from app.engine.speculation.drafter_interface import Draft, Drafter, DrafterDefaults, Rider, RoundOutcome
+from app.engine.speculation.drafters import LookupDrafter, common_prefix, constrained_draft
 from app.engine.speculation.target_rows import TargetRows
-from app.engine.speculation.text_bridge import TextBridge
-from app.engine.speculation.tree_round import branch_for, grow_tree, grows_trees
-from app.engine.types import (SPECULATION_OFF, DrafterKind, SamplingConfig, SpecConfig, Stats, StopReason,
-                              TokenEvent, TokenKind)
+from app.engine.speculation.thread_policy import threads_for
+from app.engine.speculation.tree_round import TreeRound, branch_for, grow_tree, grows_trees
+from app.engine.types import SPECULATION_OFF, SamplingConfig, SpecConfig, Stats, StopReason, TokenEvent, TokenKind
 
 
 COPY_WHEN_PLAIN = 8  # tokens a copy may take in a round the policy plans as a plain step
@@ -103,6 +102,66 @@ class Generation:
         return list(self._events)
 
 
+class _NoDrafter(DrafterDefaults):
+    """The drafter of a reply that does not speculate: it is never asked to propose."""
+
+    seconds = 0.0
+
+    def prepare(self, context: Sequence[int]) -> None:
+        pass
+
+
+@dataclass
+class _Reply:
+    """What holds for every round of one reply."""
+
+    drafter: Drafter
+    sampling: SamplingConfig
+    spec: SpecConfig | None          # None: no speculation
+    policy: DraftPolicy
+    max_tokens: int
+    cancel: threading.Event
+    detok: StreamingDetokenizer
+    stats: Stats
+    sources: CopySources | None
+    constraint: Constraint | None
+    logprobs: int | None
+    rng: np.random.Generator
+    masked: np.ndarray | None        # ignore_eos: the end-of-generation ids, never emitted
+    # The process's CPU clock where a thread chooser reads it: on a virtual machine each
+    # reading is a system call (7 us), and a round makes k + 2.
+    clock: Callable[[], float] | None
+    # This reply's verifications of two tokens or more, by size (Stats.plain_step_seconds).
+    batch_steps: dict[int, RecentCost] = field(default_factory=dict)
+
+    @property
+    def trees(self) -> bool:
+        """Whether a round may be a tree: nothing but the acceptance rule judges a token
+        (a grammar and logprobs follow one line of rows)."""
+        return self.spec is not None and self.constraint is None and self.logprobs is None
+
+
+@dataclass
+class _Round:
+    """One round as it goes: the guess, how it was made, and how it is verified."""
+
+    started: float
+    draft: Draft = field(default_factory=Draft)
+    plan: RoundPlan = RoundPlan(0)
+    copied: bool = False          # the guess is a copy the engine made
+    proposed: bool = False        # the drafter was asked for it
+    rider: Rider | None = None
+    shape: TreeRound | None = None  # None: a line
+    drafted_at: float = 0.0
+    verify_seconds: float = 0.0
+    # What the policy judges: the drafter's line (a tree's first one) and how much of it
+    # was kept; the guesses the target judged; a tree's kept path of nodes.
+    judged: Draft = field(default_factory=Draft)
+    judged_accepted: int = 0
+    drafted: int = 0
+    path: list[int] = field(default_factory=list)
+
+
 class SpeculativeEngine:
     """Generates with a target model, speculating with ``drafter`` when it has one."""
 
@@ -116,7 +175,7 @@ class SpeculativeEngine:
         # The target's one-token steps (plain replies, plain rounds), kept from reply to reply:
         # what each token would have cost without speculation (Stats.seconds_saved).
         self._plain_steps = RecentCost()
-        self.threads = threads_for(target, getattr(drafter, "model", None))
+        self.threads = threads_for(target, drafter.model if drafter is not None else None)
 
     def generate(self, prompt: Sequence[int], sampling: SamplingConfig = SamplingConfig(),
                  spec: SpecConfig = SpecConfig(), max_tokens: int = 256,
@@ -154,171 +213,52 @@ class SpeculativeEngine:
             for source in copy_sources:
                 index.add(source)
             copy_sources = index
-        events = self._run(list(prompt), sampling, spec if speculate else None,
-                           self.policy_for(spec) if policy is None else policy, max_tokens,
-                           cancel or threading.Event(), detok, stats, copy_sources, constraint, logprobs, pause)
-        return Generation(_keeping_the_tail(events, detok), stats)
+        drafter = self.drafter if speculate else _NoDrafter()
+        clock = time.process_time if self.threads.reads_target_cpu else None
+        drafter.cpu_clock = time.process_time if self.threads.reads_draft_cpu else None
+        reply = _Reply(drafter, sampling, spec if speculate else None,
+                       self.policy_for(spec) if policy is None else policy, max_tokens,
+                       cancel or threading.Event(), detok, stats, copy_sources, constraint, logprobs,
+                       np.random.default_rng(sampling.seed),
+                       np.array(sorted(self.target.eog_ids), dtype=np.int64) if sampling.ignore_eos else None,
+                       clock)
+        return Generation(_keeping_the_tail(self._run(list(prompt), reply, pause), detok), stats)
 
     def policy_for(self, spec: SpecConfig) -> DraftPolicy:
         """The policy ``spec.draft_max`` names: that fixed length, or this engine's auto
         policy, which keeps what it measured of the pair from one reply to the next."""
-        if spec.draft_max == "auto":
-            self._auto.trees = spec.tree
-            return self._auto
-        return FixedDraftLength(int(spec.draft_max), "on" if spec.tree == "on" else "off")
+        return draft_policy(spec, self._auto)
 
-    def _run(self, committed: list[int], sampling: SamplingConfig, spec: SpecConfig | None,
-             policy: DraftPolicy, max_tokens: int, cancel: threading.Event, detok: StreamingDetokenizer,
-             stats: Stats, sources: CopySources | None, constraint: Constraint | None = None,
-             logprobs: int | None = None, pause: Callable[[], None] | None = None) -> Iterator[TokenEvent]:
-        target = self.target
-        rng = np.random.default_rng(sampling.seed)
-        masked = np.array(sorted(target.eog_ids), dtype=np.int64) if sampling.ignore_eos else None
-        # The process's CPU clock is read only where a thread chooser uses it: on a
-        # virtual machine each reading is a system call (7 us), and a round makes k + 2.
-        clock = time.process_time if getattr(self.threads, "reads_target_cpu", True) else None
-        if hasattr(self.drafter, "cpu_clock"):
-            self.drafter.cpu_clock = time.process_time if getattr(self.threads, "reads_draft_cpu", True) else None
-
+    def _run(self, committed: list[int], reply: _Reply, pause: Callable[[], None] | None) -> Iterator[TokenEvent]:
+        """The reply: the prompt, then rounds of draft, verify, accept, roll back, account."""
+        target, drafter, stats = self.target, reply.drafter, reply.stats
         started = time.perf_counter()
-        paused = self._prefill(committed, stats, pause, policy)
+        paused = self._prefill(committed, reply, pause)
         stats.prompt_seconds = time.perf_counter() - started - paused
-        draft_seconds0 = self.drafter.seconds if self.drafter else 0.0
+        draft_seconds0 = drafter.seconds
         started = time.perf_counter()
         emitted = 0
-        batch_steps: dict[int, RecentCost] = {}  # this reply's verifications of two tokens or more, by size
-        bridge = self.drafter if isinstance(self.drafter, TextBridge) else None
         try:
             while True:
-                room = min(max_tokens - emitted, target.n_ctx - len(committed))
+                room = min(reply.max_tokens - emitted, target.n_ctx - len(committed))
                 if room <= 0:
-                    stats.stop_reason = StopReason.MAX_TOKENS if emitted >= max_tokens else StopReason.CONTEXT_FULL
+                    stats.stop_reason = StopReason.MAX_TOKENS if emitted >= reply.max_tokens else StopReason.CONTEXT_FULL
                     return
-                if cancel.is_set():
+                if reply.cancel.is_set():
                     stats.stop_reason = StopReason.CANCELLED
                     return
-
-                # 1. Draft.
-                round_started = time.perf_counter()
-                model_seconds0 = self.drafter.seconds if self.drafter else 0.0
-                draft, copied, bridged = Draft(), False, False
-                window = self._window(spec, constraint, logprobs, room, committed)
-                if spec is not None:
-                    plan = policy.plan_round(room - 1)
-                    # A copy costs no draft steps, so it is tried even where the policy
-                    # would decode plainly (its draft model does not pay there).
-                    copy_length = plan.length or min(COPY_WHEN_PLAIN, room - 1)
-                    if copy_length >= spec.draft_min:
-                        draft = self._copy(committed, copy_length, sampling, spec.copy_min, sources,
-                                           room - 1, spec.draft_max == "auto")
-                        copied = len(draft) > 0
-                        if not copied and plan.length >= spec.draft_min and (
-                                bridge is None or bridge.policy.drafts(self._plain_steps.value,
-                                                                       spec.draft_max == "auto")):
-                            bridged = bridge is not None
-                            # Under a constraint the draft model drafts with its own fork of it.
-                            extra = ({"constraint": constraint} if constraint else
-                                     branch_for(self.drafter, target, plan.branch))
-                            if window is not None:  # the pool's other n-grams ride as branches
-                                extra = {"lines": grows_trees(target) - window.width}
-                            draft = self.drafter.propose(committed, plan.length, sampling, rng,
-                                                         max(spec.p_min, plan.p_min), plan.go_on, **extra)
-                            policy.observe_draft(draft.step_seconds)
-                            self.threads.observe_draft(draft.step_seconds, draft.step_cpu_seconds)
-                        if constraint is not None:
-                            draft = constrained_draft(draft, constraint)  # what the grammar refuses can't be kept
-                        if len(draft) < spec.draft_min:
-                            draft, copied = Draft(), False
-
-                drafted_at = time.perf_counter()
-                stats.draft_host_seconds += drafted_at - round_started - (
-                    (self.drafter.seconds if self.drafter else 0.0) - model_seconds0)
-
-                # 2. Verify: one target batch, logits at the k+1 positions only (a tree: its nodes).
-                # Trees only where nothing but the acceptance rule judges a token (no grammar, no
-                # logprobs: those follow one line of rows).
-                if window is not None:
-                    shape = lookahead_round(committed[-1], draft, window)
-                    if len(target.tokens) + len(shape.tree) > target.n_ctx:
-                        shape, window = None, None  # no room for the window at the end of the context
-                        draft.other_copies = []
-                else:
-                    shape = (grow_tree(committed[-1], draft, copied, plan.fork_copies, target)
-                             if spec and constraint is None and logprobs is None else None)
-                batch = [committed[-1], *draft.tokens]
-                cpu, t = clock() if clock else 0.0, time.perf_counter()
-                # Borrowed (no copy) where the target lends them: read within this round only.
-                rows = (borrow_rows(target, batch, range(len(batch))) if shape is None
-                        else borrow_tree(target, shape.tree.tokens, shape.tree.parents))
-                elapsed = time.perf_counter() - t
-                stats.target_seconds += elapsed
-                size = len(rows)  # a tree of n tokens costs as a line of n does
-                policy.observe_verify(size, elapsed)
-                self.threads.observe_verify(size, elapsed, clock() - cpu if clock else None)
-                if size == 1:
-                    self._plain_steps.add(elapsed)
-                else:
-                    batch_steps.setdefault(size, RecentCost()).add(elapsed)
-                if masked is not None:
-                    rows[:, masked] = -np.inf
-
-                # 3. Accept (under a constraint, which advances along what is emitted).
-                drafted, judged = len(draft), draft
-                if shape is None:
-                    choice = TargetRows(rows, draft.tokens, draft.q, sampling, constraint, logprobs)
-                    n_accepted, token = choice.accept(rng)
-                    judged_accepted = n_accepted
-                else:  # the kept path as a line; the backend keeps only it
-                    path, token = shape.accept(rows, sampling, rng)
-                    target.keep_branch(path)
-                    judged, judged_accepted = shape.main, shape.main_accepted(path)
-                    draft, n_accepted = shape.as_line(path)
-                    drafted = len(shape.tree) - 1
-                    stats.tree_rounds += 1
-                    if window is not None:  # the window's outputs: its next iteration, the pool's n-grams
-                        window.advance(rows, len(path), self.drafter.pool)
-                        drafted = shape.guesses
-                        stats.lookahead_rounds += 1
-                    stats.branch_tokens += n_accepted - judged_accepted
-                    choice = _NO_ROWS
+                step = self._draft(committed, room, reply)
+                rows = self._verify(committed, step, reply)
+                draft, n_accepted, token, choice = self._accept(step, rows, reply)
                 assert 0 <= n_accepted <= len(draft), "accepted more than was drafted"
-                new_tokens = [*draft.tokens[:n_accepted], token]
-
-                # 4. Roll back: keep what was committed, minus the new last token.
+                # Roll back: keep what was committed, minus the new last token.
                 target.trim(len(committed) + n_accepted)
-                committed.extend(new_tokens)
+                committed.extend([*draft.tokens[:n_accepted], token])
                 assert len(target.tokens) == len(committed) - 1
-
-                stats.rounds += 1
-                stats.drafted += drafted
-                stats.accepted += n_accepted
-                stats.rejections += n_accepted < len(draft)
-                for i in range(len(draft)):
-                    stats.count_position(i, i < n_accepted)
-                if copied:
-                    # A copy says nothing about the draft model's guesses: keep it out of
-                    # what the policy learns of them.
-                    stats.copied += drafted
-                    stats.copied_accepted += n_accepted
-                else:
-                    policy.observe_round(judged, judged_accepted, token, sampling.greedy)
-                    if draft.tokens and shape is None:
-                        policy.observe_overhead(time.perf_counter() - round_started - elapsed
-                                                     - sum(draft.step_seconds) - draft.catchup_seconds)
-                if bridged:
-                    stats.bridged += drafted
-                    stats.bridged_accepted += n_accepted
-                    bridge.policy.observe(len(new_tokens), time.perf_counter() - round_started)
-                if getattr(self.drafter, "kind", None) is DrafterKind.LOOKAHEAD:
-                    self.drafter.policy.observe(window is not None, len(new_tokens),
-                                                time.perf_counter() - round_started)
-                if shape is not None and not isinstance(shape, LookaheadRound):
-                    policy.observe_tree(shape.tree, path, shape.kinds, time.perf_counter() - round_started - elapsed
-                                        - sum(judged.step_seconds) - judged.catchup_seconds)
-
-                stats.verify_host_seconds += time.perf_counter() - drafted_at - elapsed
-                for event in self._events(draft, n_accepted, token, detok, choice):
-                    if event.id in target.eog_ids and masked is None:
+                drafter.roll_back(committed)
+                self._account(step, draft, n_accepted, token, reply)
+                for event in self._events(draft, n_accepted, token, reply.detok, choice):
+                    if event.id in target.eog_ids and reply.masked is None:
                         stats.stop_reason = StopReason.EOS
                         return
                     emitted += 1
@@ -327,44 +267,143 @@ class SpeculativeEngine:
                     yield event
         finally:
             stats.seconds = time.perf_counter() - started
-            stats.plain_step_seconds = plain_step_estimate(self._plain_steps.value, batch_steps)
-            if self.drafter is not None:
-                stats.draft_seconds = self.drafter.seconds - draft_seconds0
-                if self.drafter.kind is DrafterKind.LOOKAHEAD:
-                    stats.lookahead_note = self.drafter.policy.note
-                if bridge is not None:
-                    stats.bridge_note = bridge.policy.note
+            stats.plain_step_seconds = plain_step_estimate(self._plain_steps.value, reply.batch_steps)
+            stats.draft_seconds = drafter.seconds - draft_seconds0
+            drafter.report(stats)
 
-    def _window(self, spec: SpecConfig | None, constraint: Constraint | None, logprobs: int | None,
-                room: int, committed: list[int]) -> JacobiWindow | None:
-        """The lookahead drafter's Jacobi window, where this round's batch carries it: a
-        tree batch with room for it (whatever the walk keeps of it fits the reply), no
-        grammar or logprobs (those follow one line of rows), and its policy says it pays."""
-        drafter = self.drafter
-        if spec is None or drafter.kind is not DrafterKind.LOOKAHEAD or drafter.window is None:
-            return None
-        if constraint is not None or logprobs is not None or grows_trees(self.target) <= drafter.window.width:
-            return None
-        if drafter.window.depth > room - 1:
-            return None
-        return drafter.window if drafter.policy.carry(self._plain_steps.value) else None
+    def _draft(self, committed: list[int], room: int, reply: _Reply) -> _Round:
+        """1. Draft: a copy where the context (or a copy source) repeats, else the drafter's
+        proposal where the plan drafts; cut where a grammar refuses it."""
+        step = _Round(started=time.perf_counter())
+        spec, drafter = reply.spec, reply.drafter
+        model_seconds0 = drafter.seconds
+        if spec is not None:
+            self._guess(step, committed, room, reply)
+        step.drafted_at = time.perf_counter()
+        reply.stats.draft_host_seconds += step.drafted_at - step.started - (drafter.seconds - model_seconds0)
+        return step
 
-    def _copy(self, committed: list[int], k: int, sampling: SamplingConfig, copy_min: int,
-              sources: CopySources | None, k_room: int, stretch: bool) -> Draft:
+    def _guess(self, step: _Round, committed: list[int], room: int, reply: _Reply) -> None:
+        spec, drafter, policy = reply.spec, reply.drafter, reply.policy
+        if reply.trees:
+            step.rider = drafter.rider(room, grows_trees(self.target), self._plain_steps.value)
+        step.plan = plan = policy.plan_round(room - 1)
+        # A copy costs no draft steps, so it is tried even where the policy would decode
+        # plainly (its drafter does not pay there).
+        copy_length = plan.length or min(COPY_WHEN_PLAIN, room - 1)
+        if copy_length >= spec.draft_min:
+            draft = self._copy(committed, copy_length, reply, drafter.copies_context, room - 1)
+            step.copied = len(draft) > 0
+            if (not step.copied and plan.length >= spec.draft_min
+                    and drafter.drafts_now(self._plain_steps.value, policy.adapts)):
+                step.proposed = True
+                # Under a constraint a drafter drafts with its own fork of it.
+                extra = ({"constraint": reply.constraint} if reply.constraint else
+                         branch_for(drafter.branches, self.target, plan.branch))
+                if step.rider is not None:  # the rider takes branches; other lines may have the rest
+                    extra = {"lines": grows_trees(self.target) - step.rider.width}
+                draft = drafter.propose(committed, plan.length, reply.sampling, reply.rng,
+                                        max(spec.p_min, plan.p_min), plan.go_on, **extra)
+                policy.observe_draft(draft.step_seconds)
+                self.threads.observe_draft(draft.step_seconds, draft.step_cpu_seconds)
+            if reply.constraint is not None:
+                draft = constrained_draft(draft, reply.constraint)  # what the grammar refuses can't be kept
+            if len(draft) >= spec.draft_min:
+                step.draft = draft
+            else:
+                step.copied = False
+
+    def _verify(self, committed: list[int], step: _Round, reply: _Reply) -> np.ndarray:
+        """2. Verify: one target batch, logits at the k+1 positions only (a tree: its nodes)."""
+        target, draft = self.target, step.draft
+        if step.rider is not None:
+            step.shape = step.rider.shape(committed[-1], draft)
+            if len(target.tokens) + len(step.shape.tree) > target.n_ctx:
+                step.shape, step.rider = None, None  # no room for the rider at the end of the context
+                draft.other_copies = []
+        elif reply.trees:
+            step.shape = grow_tree(committed[-1], draft, step.copied, step.plan.fork_copies, target)
+        clock = reply.clock
+        cpu, t = clock() if clock else 0.0, time.perf_counter()
+        # Borrowed (no copy) where the target lends them: read within this round only.
+        rows = (borrow_rows(target, [committed[-1], *draft.tokens], range(len(draft) + 1)) if step.shape is None
+                else borrow_tree(target, step.shape.tree.tokens, step.shape.tree.parents))
+        step.verify_seconds = elapsed = time.perf_counter() - t
+        reply.stats.target_seconds += elapsed
+        size = len(rows)  # a tree of n tokens costs as a line of n does
+        reply.policy.observe_verify(size, elapsed)
+        self.threads.observe_verify(size, elapsed, clock() - cpu if clock else None)
+        if size == 1:
+            self._plain_steps.add(elapsed)
+        else:
+            reply.batch_steps.setdefault(size, RecentCost()).add(elapsed)
+        if reply.masked is not None:
+            rows[:, reply.masked] = -np.inf
+        return rows
+
+    def _accept(self, step: _Round, rows: np.ndarray, reply: _Reply) -> tuple[Draft, int, int, TargetRows | _NoRows]:
+        """3. Accept (under a constraint, which advances along what is emitted): the round
+        as a line, how much of it the target kept, and the target's own next token."""
+        if step.shape is None:
+            choice = TargetRows(rows, step.draft.tokens, step.draft.q, reply.sampling, reply.constraint, reply.logprobs)
+            n_accepted, token = choice.accept(reply.rng)
+            step.judged, step.judged_accepted, step.drafted = step.draft, n_accepted, len(step.draft)
+            return step.draft, n_accepted, token, choice
+        # A tree: the kept path as a line; the backend keeps only it.
+        shape = step.shape
+        path, token = shape.accept(rows, reply.sampling, reply.rng)
+        self.target.keep_branch(path)
+        if step.rider is not None:
+            step.rider.advance(rows, len(path))
+        draft, n_accepted = shape.as_line(path)
+        step.judged, step.judged_accepted, step.drafted = shape.main, shape.main_accepted(path), shape.guesses
+        step.path = path
+        reply.stats.tree_rounds += 1
+        reply.stats.branch_tokens += n_accepted - step.judged_accepted
+        return draft, n_accepted, token, _NO_ROWS
+
+    def _account(self, step: _Round, draft: Draft, n_accepted: int, token: int, reply: _Reply) -> None:
+        """5. Account: the reply's stats, and what the policy and the drafter learn of the round."""
+        stats, policy = reply.stats, reply.policy
+        stats.rounds += 1
+        stats.drafted += step.drafted
+        stats.accepted += n_accepted
+        stats.rejections += n_accepted < len(draft)
+        for i in range(len(draft)):
+            stats.count_position(i, i < n_accepted)
+        elapsed = step.verify_seconds
+        if step.copied:
+            # A copy says nothing about the drafter's guesses: keep it out of what the
+            # policy learns of them.
+            stats.copied += step.drafted
+            stats.copied_accepted += n_accepted
+        else:
+            policy.observe_round(step.judged, step.judged_accepted, token, reply.sampling.greedy)
+            if draft.tokens and step.shape is None:
+                policy.observe_overhead(time.perf_counter() - step.started - elapsed
+                                        - sum(draft.step_seconds) - draft.catchup_seconds)
+        reply.drafter.observe(RoundOutcome(step.proposed, step.rider is not None, step.drafted, n_accepted,
+                                           n_accepted + 1, time.perf_counter() - step.started), stats)
+        if step.shape is not None and step.shape.teaches_policy:
+            policy.observe_tree(step.shape.tree, step.path, step.shape.kinds,
+                                time.perf_counter() - step.started - elapsed
+                                - sum(step.judged.step_seconds) - step.judged.catchup_seconds)
+        stats.verify_host_seconds += time.perf_counter() - step.drafted_at - elapsed
+
+    def _copy(self, committed: list[int], k: int, reply: _Reply, drafter_copies: bool, k_room: int) -> Draft:
         """What followed the latest earlier occurrence of the last ``copy_min`` tokens, in
-        the context (when the drafter is a model: prompt lookup and lookahead copy by themselves) or in
-        the reply's copy sources: ``k`` tokens, or with ``stretch`` up to ``k_room`` when
-        the match reaches far back."""
-        own = self.drafter.kind not in (DrafterKind.LOOKUP, DrafterKind.LOOKAHEAD)
-        if not copy_min or not (own or sources is not None):
+        the context (unless the drafter copies from it by itself) or in the reply's copy
+        sources: ``k`` tokens, or with an adapting policy up to ``k_room`` when the match
+        reaches far back."""
+        copy_min, own = reply.spec.copy_min, not drafter_copies
+        if not copy_min or not (own or reply.sources is not None):
             return Draft()
         if self._copier is None or self._copier.ngram_min != copy_min:
             self._copier = LookupDrafter(self.target.n_vocab, copy_min, copy_min, self.target.eog_ids)
-        return self._copier.copy(committed, k, sampling, sources, own=own,
-                                 stretch_to=min(COPY_MOST, k_room) if stretch else 0)
+        return self._copier.copy(committed, k, reply.sampling, reply.sources, own=own,
+                                 stretch_to=min(COPY_MOST, k_room) if reply.policy.adapts else 0)
 
-    def _prefill(self, committed: list[int], stats: Stats, pause: Callable[[], None] | None = None,
-                 policy: DraftPolicy | None = None) -> float:
+    def _prefill(self, committed: list[int], reply: _Reply, pause: Callable[[], None] | None = None) -> float:
         """Bring both caches to the prompt minus its last token, reusing any common prefix;
         the seconds spent in ``pause`` (between pieces of a long prompt) come back."""
         reuse = min(common_prefix(self.target.tokens, committed), len(committed) - 1)
@@ -392,11 +431,9 @@ class SpeculativeEngine:
             # (matrix-vector), so the line through its batches' costs cannot tell what a
             # plain step costs (F16 Gemma on a CPU: 36 ms extrapolated, 25 measured), and
             # it drafted at a loss until a plain round happened to measure one.
-            if policy is not None:
-                policy.observe_verify(1, step)
-        stats.prompt_eval_tokens = len(rest) + 1
-        if self.drafter is not None:
-            self.drafter.prepare(committed)
+            reply.policy.observe_verify(1, step)
+        reply.stats.prompt_eval_tokens = len(rest) + 1
+        reply.drafter.prepare(committed)
         return paused
 
     def _events(self, draft: Draft, n_accepted: int, token: int,

@@ -42,9 +42,10 @@ import numpy as np
 
 from app.engine.backend import ModelBackend
 from app.engine.speculation.constraints import Constraint
-from app.engine.speculation.drafters import Draft, LookupDrafter, ModelDrafter, common_prefix
+from app.engine.speculation.drafter_interface import Draft, DrafterDefaults, RoundOutcome
+from app.engine.speculation.drafters import LookupDrafter, ModelDrafter, common_prefix
 from app.engine.speculation.probes import ProbeBackoff, rate
-from app.engine.types import DrafterKind, SamplingConfig
+from app.engine.types import DrafterKind, SamplingConfig, Stats
 
 BACK_TO_WORD = 8  # draft tokens the cache may go back beyond the text's agreement, to a word's start
 WORD_START = frozenset(b" \t\n\r")  # both families attach a space to the word after it
@@ -120,7 +121,7 @@ class BridgeStats:
     no_proposal: int = 0  # rounds where the draft's text gave the target nothing to verify
 
 
-class TextBridge:
+class TextBridge(DrafterDefaults):
     """A drafter whose draft model has a vocabulary of its own (see the module's docstring)."""
 
     kind = DrafterKind.MODEL
@@ -158,8 +159,9 @@ class TextBridge:
 
     def propose(self, context: Sequence[int], n_max: int, sampling: SamplingConfig,
                 rng: np.random.Generator, p_min: float,
-                go_on: Callable[[float], bool] | None = None, constraint: Constraint | None = None) -> Draft:
-        """As ``Drafter.propose``, in the target's tokens. The draft drafts in its own (a
+                go_on: Callable[[float], bool] | None = None, constraint: Constraint | None = None,
+                branch: Callable[[float], bool] | None = None, lines: int = 1) -> Draft:
+        """As ``Drafter.propose``, in the target's tokens (one line). The draft drafts in its own (a
         grammar is the target's: the engine cuts the proposal where it refuses)."""
         started = time.perf_counter()
         self.stats.rounds += 1
@@ -240,6 +242,18 @@ class TextBridge:
         draft.catchup_seconds = own.catchup_seconds
         draft.source = tuple(p.decode("utf-8", errors="replace") for p in pieces)
         return draft  # no ``dropped``: a draft token's id says nothing in the target's vocabulary
+
+    def drafts_now(self, plain_seconds: float | None, adapts: bool) -> bool:
+        return self.policy.drafts(plain_seconds, adapts)
+
+    def observe(self, outcome: RoundOutcome, stats: Stats) -> None:
+        if outcome.proposed:  # a round through text: what it wrote, all in, judges the bridge
+            stats.bridged += outcome.drafted
+            stats.bridged_accepted += outcome.accepted
+            self.policy.observe(outcome.written, outcome.seconds)
+
+    def report(self, stats: Stats) -> None:
+        stats.bridge_note = self.policy.note
 
     def close(self) -> None:
         self._steps.close()

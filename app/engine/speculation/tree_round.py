@@ -11,15 +11,13 @@ line: the kept path, and after it the first candidate the target turned down.
 
 from __future__ import annotations
 
-import functools
-import inspect
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
 from app.engine.backend import ModelBackend
-from app.engine.speculation.drafters import Draft, ModelDrafter
+from app.engine.speculation.drafter_interface import Draft
 from app.engine.speculation.sampling import warp_dist
 from app.engine.speculation.target_rows import row_argmax
 from app.engine.speculation.token_tree import TokenTree, accept_greedy, accept_sampled
@@ -31,11 +29,11 @@ def grows_trees(target: ModelBackend) -> int:
     return int(getattr(target, "tree_branches", 0)) if hasattr(target, "evaluate_tree") else 0
 
 
-def branch_for(drafter, target: ModelBackend, branch: Callable[[float], bool] | None) -> dict:
-    """The keyword a model drafter takes to branch (none where the round cannot be a tree),
-    at most as many second candidates as the target has branches beyond the first."""
+def branch_for(branches: bool, target: ModelBackend, branch: Callable[[float], bool] | None) -> dict:
+    """The keyword a drafter that ``branches`` takes to branch (none where the round cannot
+    be a tree), at most as many second candidates as the target has branches beyond the first."""
     room = grows_trees(target) - 1
-    if branch is None or room < 1 or not _takes_branch(type(drafter)):
+    if branch is None or room < 1 or not branches:
         return {}
     taken = 0
 
@@ -49,21 +47,19 @@ def branch_for(drafter, target: ModelBackend, branch: Callable[[float], bool] | 
     return {"branch": limited}
 
 
-@functools.cache
-def _takes_branch(kind: type) -> bool:
-    """Whether a drafter's ``propose`` takes ``branch`` (a model drafter's does; one that
-    overrides it without, a lookup, a drafter of another kind, does not)."""
-    if not issubclass(kind, ModelDrafter):
-        return False
-    parameters = inspect.signature(kind.propose).parameters
-    return "branch" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
-
-
 @dataclass
 class TreeRound:
     tree: TokenTree
     main: Draft                                       # the line, as a chain round drafts it
     kinds: dict[int, str] = field(default_factory=dict)  # first node of each branch: "second" / "fork"
+    # Whether the draft-length policy learns from the tree (``DraftPolicy.observe_tree``):
+    # a tree carrying a drafter's rider is not the policy's to judge.
+    teaches_policy = True
+
+    @property
+    def guesses(self) -> int:
+        """The tree's guesses: the nodes the target judged, the root left out."""
+        return len(self.tree) - 1
 
     def accept(self, rows: np.ndarray, sampling: SamplingConfig, rng: np.random.Generator) -> tuple[list[int], int]:
         if sampling.greedy:
