@@ -58,9 +58,9 @@ def check_resources() -> str:
 def check_llama_cpp() -> str:
     import llama_cpp.llama_cpp as low_level
 
-    from app.backends.llama_cpp_backend import system_info
+    from app.backends.llama.process_setup import system_info
 
-    from app.backends import rpc
+    from app.backends.llama import rpc
 
     info = system_info()
     library = Path(low_level._lib._name).resolve()

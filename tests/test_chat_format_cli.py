@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from chat_format_models import write_gemma3  # noqa: E402
 from server.live_server import LiveServer  # noqa: E402
 
-from app.backends.llama_cpp_backend import LlamaVocab  # noqa: E402
+from app.backends.llama.vocabulary import LlamaVocab  # noqa: E402
 from app.engine.prompting import chat_formats  # noqa: E402
 from app.engine.prompting.chat import build_messages, chat_prompt  # noqa: E402
 

@@ -27,7 +27,7 @@ def gemma(tmp_path_factory) -> Path:
 
 
 def test_the_real_gemma3_gets_gemmas_documented_prompt(gemma, tmp_path):
-    from app.backends.llama_cpp_backend import LlamaVocab
+    from app.backends.llama.vocabulary import LlamaVocab
     from app.engine.prompting.chat import build_messages, chat_prompt
 
     vocab = LlamaVocab(gemma)

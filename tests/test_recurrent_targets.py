@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import scipy.stats as scistats
 
-from app.backends.llama_cpp_backend import render_chat_format
+from app.backends.llama.builtin_chat_formats import render_chat_format
 from app.backends.loader import load_pair
 from app.engine.types import SamplingConfig, SpecConfig
 

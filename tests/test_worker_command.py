@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app.backends import rpc
+from app.backends.llama import rpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rpc_workers import Worker, free_port, one_error_line, tandem, workers  # noqa: E402

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from app import worker_hello
-from app.backends import rpc
+from app.backends.llama import rpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rpc_workers import free_port, workers  # noqa: E402

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import llama_cpp as ll  # noqa: E402
 
-from app.backends.llama_cpp_backend import LlamaBackend  # noqa: E402
+from app.backends.llama.backend import LlamaBackend  # noqa: E402
 from app.engine.speculation import sampling  # noqa: E402
 
 

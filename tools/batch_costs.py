@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.backends.llama_cpp_backend import LlamaBackend  # noqa: E402
+from app.backends.llama.backend import LlamaBackend  # noqa: E402
 
 
 def main() -> None:

@@ -21,8 +21,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.backends.grammar import GrammarConstraint, json_schema_grammar  # noqa: E402
-from app.backends.llama_cpp_backend import LlamaBackend  # noqa: E402
+from app.backends.llama.grammar import GrammarConstraint, json_schema_grammar  # noqa: E402
+from app.backends.llama.backend import LlamaBackend  # noqa: E402
 from app.backends.tool_grammar import tool_constraint  # noqa: E402
 from app.engine.prompting.tool_calls import HERMES  # noqa: E402
 from app.engine.prompting.tool_prompt import ToolPlan, ToolRequest  # noqa: E402

@@ -51,7 +51,7 @@ def parts(count: int) -> None:
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from app.backends.llama_cpp_backend import LlamaBackend
+    from app.backends.llama.backend import LlamaBackend
     from app.engine.prompting.chat import conversation_prompt
     from app.engine.speculation.drafters import DRAFT_WINDOW
     from app.models.demo import demo_pair

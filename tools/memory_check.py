@@ -26,7 +26,7 @@ MiB = 2**20
 
 
 def check(path: Path, n_ctx: int, *, draft: bool) -> dict:
-    from app.backends.llama_cpp_backend import LlamaBackend
+    from app.backends.llama.backend import LlamaBackend
     from app.engine.gguf.model_file import open_model_file
     from app.session.fit import estimate_for
 

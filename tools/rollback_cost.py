@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.backends.llama_cpp_backend import LlamaBackend  # noqa: E402
+from app.backends.llama.backend import LlamaBackend  # noqa: E402
 
 
 def measure(path: str, batch: int, keep: int, rounds: int, snapshots: int | None, threads: int) -> dict:

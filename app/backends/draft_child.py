@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     llama_log.setLevel(logging.DEBUG)  # the per-tensor lines are llama.cpp's INFO, logged at DEBUG
     llama_log.propagate = False
     try:
-        from app.backends.llama_cpp_backend import quantize
+        from app.backends.llama.quantizer import quantize
 
         quantize(source, dest, None if ftype == "keep" else ftype, [int(a) for a in args[3:]])
     except Exception as exc:  # noqa: BLE001 - the parent wants one line, whatever it was

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from app.backends import rpc
-from app.backends.llama_cpp_backend import LlamaBackend
+from app.backends.llama import rpc
+from app.backends.llama.backend import LlamaBackend
 from app.backends.model_check import require_model_runs
 from app.engine.speculation.drafter_interface import Drafter
 from app.engine.speculation.drafters import LookupDrafter, ModelDrafter

@@ -42,7 +42,8 @@ SAMPLES = (
 
 def run_trial(path: Path) -> dict:
     """Load, tokenize, decode; returns what was seen (only if the process survives)."""
-    from app.backends.llama_cpp_backend import LlamaBackend, default_threads
+    from app.backends.llama.backend import LlamaBackend
+    from app.backends.llama.process_setup import default_threads
 
     started = time.perf_counter()
     last = [-1.0]

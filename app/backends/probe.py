@@ -96,8 +96,9 @@ def write_probe_model(path: Path) -> Path:
 
 def run_probe(gpu_layers: int = -1) -> dict:
     """Load the probe model and decode; returns what was seen (only if the process survives)."""
-    from app.backends import rpc
-    from app.backends.llama_cpp_backend import LlamaBackend, default_threads, system_info
+    from app.backends.llama import rpc
+    from app.backends.llama.backend import LlamaBackend
+    from app.backends.llama.process_setup import default_threads, system_info
 
     started = time.perf_counter()
     info = system_info()

@@ -21,11 +21,12 @@ marker) goes in byte by byte, through the vocabulary's one-byte tokens.
 from __future__ import annotations
 
 import re
+import weakref
 
 import numpy as np
 
-from app.backends.grammar import GrammarConstraint, GrammarError, MAX_GRAMMAR_CHARS, gbnf_literal, json_schema_grammar
-from app.backends.llama_cpp_backend import ll
+from app.backends.llama.grammar import (MAX_GRAMMAR_CHARS, GrammarConstraint, GrammarError, gbnf_literal,
+                                        json_schema_grammar, schema_converter)
 from app.engine.speculation.constraints import ConstraintError
 from app.engine.prompting.tool_calls import ToolFormat
 
@@ -41,7 +42,7 @@ def tool_calls_grammar(fmt: ToolFormat, tools, *, name: str | None = None, paral
     chosen = [t for t in tools if name is None or _function(t)["name"] == name]
     if not chosen:
         raise GrammarError("A tool-call grammar needs at least one tool.")
-    converter = ll.llama_grammar.SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    converter = schema_converter()
     key = fmt.argument_keys[0]
     alternatives = []
     try:
@@ -107,12 +108,16 @@ def tool_constraint(backend, plan, request):
     return LazyConstraint(start, vocab, plan.format)
 
 
+# Each model's Vocabulary, read once (a pass over the whole vocabulary) and gone with the model.
+_read: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 class Vocabulary:
     """Each token's text as llama.cpp's grammar reads it (control tokens included), and
     a one-byte token for every byte, to feed the grammar text. Read once per model."""
 
     def __init__(self, backend) -> None:
-        self.pieces = [backend._piece(t, special=True) for t in range(backend.n_vocab)]
+        self.pieces = [backend.token_piece(t) for t in range(backend.n_vocab)]
         self.eog = frozenset(getattr(backend, "eog_ids", ()))
         self.byte_token: dict[int, int] = {}
         for token, piece in enumerate(self.pieces):
@@ -122,9 +127,9 @@ class Vocabulary:
 
     @classmethod
     def of(cls, backend) -> "Vocabulary":
-        vocab = getattr(backend, "_tool_vocabulary", None)
+        vocab = _read.get(backend)
         if vocab is None:
-            vocab = backend._tool_vocabulary = cls(backend)
+            vocab = _read[backend] = cls(backend)
         return vocab
 
     def holding(self, chars: bytes) -> np.ndarray:

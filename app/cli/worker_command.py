@@ -53,8 +53,8 @@ def is_loopback(host: str) -> bool:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from app.backends import rpc
-    from app.backends.llama_cpp_backend import default_threads
+    from app.backends.llama import rpc
+    from app.backends.llama.process_setup import default_threads
 
     host, port = args.host.strip(), args.port
     host = "127.0.0.1" if host == "localhost" else host

@@ -1,4 +1,4 @@
-"""The protocol the engine drives. ``app/backends/llama_cpp_backend.py`` implements it.
+"""The protocol the engine drives. ``app/backends/llama/backend.py`` implements it.
 
 A backend is one loaded model with one KV cache holding one sequence. It remembers
 which tokens that cache holds (``tokens``) so the engine can reuse a common prefix
@@ -45,7 +45,7 @@ class ModelBackend(Protocol):
     def trim(self, n_keep: int) -> None:
         """Drop every cached token from position ``n_keep`` on: exactly, whatever the
         model's memory (a recurrent one restores a saved state and decodes again,
-        app/backends/llama_cpp_backend.py), or raise EngineError."""
+        app/backends/llama/backend.py), or raise EngineError."""
 
     def close(self) -> None: ...
 

@@ -163,7 +163,7 @@ def _download(url: str, sha256: str, dest: Path, report: Progress) -> Path:
 
 
 def _derive(source: Path, dest: Path, ftype: str, report: Progress) -> None:
-    from app.backends.llama_cpp_backend import quantize  # llama.cpp only where needed
+    from app.backends.llama.quantizer import quantize  # llama.cpp only where needed
 
     report(f"Writing {ftype} copy of the demo model", 0, 0)
     partial = _partial(dest)

@@ -17,7 +17,7 @@ def response_grammar(kind: str, schema: dict | None = None, strict: bool = False
         return ""
     # llama.cpp's converter, imported here: the window's side imports the server's request
     # shapes but never llama.cpp (requests are served in the engine process).
-    from app.backends.grammar import JSON_OBJECT_SCHEMA, GrammarError, json_schema_grammar
+    from app.backends.llama.grammar import JSON_OBJECT_SCHEMA, GrammarError, json_schema_grammar
 
     param = "response_format.json_schema.schema" if kind == "json_schema" else "response_format"
     try:

@@ -116,7 +116,7 @@ def _schemas_convert(tools: tuple[dict, ...]) -> bool:
     unconstrained, read as before, rather than refusing the request."""
     # llama.cpp's converter, imported here: the window's side imports the server's request
     # shapes but never llama.cpp (requests are served in the engine process).
-    from app.backends.grammar import GrammarError
+    from app.backends.llama.grammar import GrammarError
     from app.backends.tool_grammar import tool_calls_grammar
     from app.engine.prompting.tool_calls import HERMES
 

@@ -123,7 +123,7 @@ class ChatSession:
         """A reply to an already built prompt, its figures carrying what the prompt said.
         Copying repeats (``spec.copy_min``) also copies from what ``remember`` and
         ``replaced`` gave, the replaced replies first (added last, they win equal matches).
-        ``grammar``: GBNF the reply must match (``app.backends.grammar`` makes it from a
+        ``grammar``: GBNF the reply must match (``app.backends.llama.grammar`` makes it from a
         JSON schema; a bad one raises GrammarError). ``tool_request``: the request's tools
         (``engine.prompting.tool_prompt.ToolRequest``), when the prompt's ``tools`` plan reads the reply
         for calls: its calls are constrained to the functions' schemas (``tool_grammar``),
@@ -146,7 +146,7 @@ class ChatSession:
 
     def constraint(self, grammar: str):
         """``grammar`` (GBNF) compiled for the target's vocabulary, in its start state."""
-        from app.backends.grammar import GrammarConstraint
+        from app.backends.llama.grammar import GrammarConstraint
 
         return GrammarConstraint.compile(self.target, grammar)
 

@@ -64,6 +64,6 @@ def speculation(enabled: bool, draft_max, draft_min: int = 1, p_min: float = 0.0
 
 def chat_format_names() -> tuple[str, ...]:
     """llama.cpp's built-in chat formats, by name (for a front end to offer)."""
-    from app.backends.llama_cpp_backend import chat_format_names as names
+    from app.backends.llama.builtin_chat_formats import chat_format_names as names
 
     return names()

@@ -64,8 +64,8 @@ def plan_load(spec: ModelSpec, target: Path, draft: Path | None, *, build_has_gp
 
 def load_session(spec: ModelSpec, progress: Progress | None = None) -> ChatSession:
     """Provision the demo pair when asked for it, then load with llama.cpp."""
-    from app.backends import rpc
-    from app.backends.llama_cpp_backend import system_info
+    from app.backends.llama import rpc
+    from app.backends.llama.process_setup import system_info
     from app.backends.loader import load_pair
 
     target, draft = resolve_paths(spec, progress)

@@ -65,7 +65,7 @@ class SelfTestReport:
 
 
 def run_checks(pair, gpu_name: str = "") -> SelfTestReport:
-    from app.backends.llama_cpp_backend import system_info
+    from app.backends.llama.process_setup import system_info
 
     info = system_info()
     compat = pair.compatibility

@@ -180,7 +180,7 @@ def chat_format(args: argparse.Namespace) -> str:
         return remembered_chat_format(os.path.realpath(Path(args.target).expanduser()) if args.target else "")
     if chosen == "file":
         return ""
-    from app.backends.llama_cpp_backend import chat_format_names
+    from app.backends.llama.builtin_chat_formats import chat_format_names
 
     names = chat_format_names()
     if chosen == "list":  # like --help: the answer, then done

@@ -87,7 +87,7 @@ def test_pruned_draft_of_the_llama_arch_demo_keeps_its_first_layers(demo_models,
 def test_greedy_output_with_self_made_drafts_is_the_target_alone(demo_models, home, q41_target):
     """A quantised target (batch-invariant logits: exact ids) checked by drafts made from it,
     full depth and cut to its first 16 layers (a weak draft: many corrections)."""
-    from app.backends.llama_cpp_backend import LlamaBackend
+    from app.backends.llama.backend import LlamaBackend
     from app.engine.speculation.drafters import ModelDrafter
 
     plain = {}

@@ -10,7 +10,8 @@ import pytest
 
 import llama_cpp as ll
 
-from app.backends.llama_cpp_backend import LlamaBackend, _flash_attn_type, system_info
+from app.backends.llama.backend import LlamaBackend, _flash_attn_type
+from app.backends.llama.process_setup import system_info
 from app.engine.errors import ContextOverflowError, ModelFileError
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "engine"))
@@ -66,7 +67,7 @@ def test_flash_attention_choice():
     # On the CPU: off, where it only costs speed; on, where batches must match single tokens.
     assert _flash_attn_type("auto", 0, exact=False) == ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
     assert _flash_attn_type("auto", 0, exact=True) == ll.LLAMA_FLASH_ATTN_TYPE_ENABLED
-    from app.backends import rpc
+    from app.backends.llama import rpc
 
     # llama_supports_gpu_offload says yes for any build with RPC in it, GPU or not: the
     # choice goes by a GPU of this machine's own.

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.backends.llama_cpp_backend import LlamaBackend
+from app.backends.llama.backend import LlamaBackend
 
 # (arch, memory, how a rollback within a verification goes)
 KINDS = [("mamba", "recurrent", "restored"), ("lfm2", "hybrid", "native"), ("granitehybrid", "hybrid", "restored")]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from app.backends import rpc
+from app.backends.llama import rpc
 from app.engine.types import SamplingConfig, SpecConfig
 from app.session.config import ModelSpec
 from app.session.engine_session import EngineDied, EngineSession

@@ -7,7 +7,8 @@ import llama_cpp as ll
 import numpy as np
 import pytest
 
-from app.backends.llama_cpp_backend import TREE_BRANCHES, BackendError
+from app.backends.llama.backend_error import BackendError
+from app.engine.gguf.context_shape import TREE_BRANCHES
 from app.engine.prompting.chat import build_messages, chat_tokens
 
 #          root  a    b    c   a'   b'   a'->x

@@ -11,7 +11,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from chat_format_models import FAMILIES, HI, WITH_SYSTEM, write_family  # noqa: E402
 
-from app.backends.llama_cpp_backend import LlamaVocab, chat_format_names, render_chat_format
+from app.backends.llama.builtin_chat_formats import chat_format_names, render_chat_format
+from app.backends.llama.vocabulary import LlamaVocab
 from app.engine.prompting import chat_formats
 from app.engine.prompting.chat import chat_prompt, chatml, template_error
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats as scistats
 
-from app.backends.grammar import (MAX_REPEAT, GrammarConstraint, GrammarError, json_schema_grammar,
+from app.backends.llama.grammar import (MAX_REPEAT, GrammarConstraint, GrammarError, json_schema_grammar,
                                   tool_call_grammar)
 from app.engine.prompting.chat import build_messages, chat_tokens
 from app.engine.speculation.constraints import ConstraintError, allowed_mask, constrained_dist

@@ -27,7 +27,7 @@ def _estimate(path, n_ctx: int, *, draft: bool):
 
 
 def _allocated(path, n_ctx: int, *, draft: bool) -> dict[str, int]:
-    from app.backends.llama_cpp_backend import LlamaBackend
+    from app.backends.llama.backend import LlamaBackend
 
     model = LlamaBackend(path, n_ctx=n_ctx, n_threads=1, exact_batches=not draft,
                          rs_snapshots=0 if draft else None)

@@ -188,7 +188,7 @@ def test_cancel_from_another_thread_stops_within_one_round(f32_target, q41_draft
 
 
 def test_context_full_stops_cleanly(demo_models):
-    from app.backends.llama_cpp_backend import LlamaBackend
+    from app.backends.llama.backend import LlamaBackend
 
     small_target = LlamaBackend(demo_models.draft, n_ctx=96)
     small_draft = LlamaBackend(demo_models.strict_draft, n_ctx=96)

@@ -157,7 +157,7 @@ def gemma_path(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def gemma(gemma_path):
-    from app.backends.llama_cpp_backend import LlamaBackend
+    from app.backends.llama.backend import LlamaBackend
 
     model = LlamaBackend(gemma_path, n_ctx=1024, n_threads=0)
     yield model
@@ -166,7 +166,7 @@ def gemma(gemma_path):
 
 @pytest.fixture(scope="module")
 def gemma_draft(gemma_path):
-    from app.backends.llama_cpp_backend import LlamaBackend
+    from app.backends.llama.backend import LlamaBackend
 
     model = LlamaBackend(gemma_path, n_ctx=2048, n_threads=0, exact_batches=False)
     yield model
@@ -175,7 +175,7 @@ def gemma_draft(gemma_path):
 
 @pytest.fixture(scope="module")
 def smol_draft(demo_models):
-    from app.backends.llama_cpp_backend import LlamaBackend
+    from app.backends.llama.backend import LlamaBackend
 
     model = LlamaBackend(demo_models.strict_draft, n_ctx=2048, n_threads=0, exact_batches=False)
     yield model
@@ -262,7 +262,7 @@ def test_a_draft_that_spells_everything_in_bytes_changes_nothing(q41_target, tmp
     writes the text in byte-fallback tokens, cannot write a space back, and drafts random
     bytes (half characters, invalid UTF-8). Nothing of that may reach the reply."""
     from hostile_models import write_model
-    from app.backends.llama_cpp_backend import LlamaBackend
+    from app.backends.llama.backend import LlamaBackend
 
     draft = LlamaBackend(write_model(tmp_path / "bytes.gguf"), n_ctx=4096, n_threads=1, exact_batches=False)
     try:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats as scistats
 
-from app.backends.grammar import GrammarError
+from app.backends.llama.grammar import GrammarError
 from app.backends.tool_grammar import tool_calls_grammar, tool_constraint
 from app.engine.prompting.chat import conversation_prompt
 from app.engine.speculation.constraints import ConstraintError
@@ -49,7 +49,7 @@ def exact_target(demo_models):
     with two threads the plain and the speculative reply can part at a near-tie (the
     caveat of docs/speculative.md, "What lossless means"). On one thread both take the
     same path, so any difference left is the engine's."""
-    from app.backends.llama_cpp_backend import LlamaBackend
+    from app.backends.llama.backend import LlamaBackend
 
     model = LlamaBackend(demo_models.draft, n_ctx=2048, n_threads=1)
     yield model

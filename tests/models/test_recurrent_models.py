@@ -19,7 +19,8 @@ import pytest
 
 from recurrent_models import ARCHITECTURES
 
-from app.backends.llama_cpp_backend import LlamaBackend, LlamaVocab
+from app.backends.llama.backend import LlamaBackend
+from app.backends.llama.vocabulary import LlamaVocab
 from app.backends.model_check import require_model_runs
 from app.engine.prompting.chat import chat_tokens, render_chat
 
@@ -199,7 +200,7 @@ def test_the_trial_load_passes_it(arch, recurrent_pairs, tmp_path):
 _CHILD = """
 import json, sys
 import numpy as np
-from app.backends.llama_cpp_backend import LlamaBackend
+from app.backends.llama.backend import LlamaBackend
 out = {}
 for arch, path, prompt in json.loads(sys.argv[1]):
     m = LlamaBackend(path, n_ctx=4096, n_threads=1)

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QWidget
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from chat_format_models import write_gemma3  # noqa: E402
 
-from app.backends.llama_cpp_backend import chat_format_names  # noqa: E402
+from app.backends.llama.builtin_chat_formats import chat_format_names  # noqa: E402
 from app.bridge.worker import EngineClient  # noqa: E402
 from app.storage.settings import Settings, load_settings  # noqa: E402
 from app.ui.chat_format_chooser import FILE_OWN_LABEL  # noqa: E402

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtWidgets import QApplication
 
-from app.backends import rpc
+from app.backends.llama import rpc
 from app.window.local_worker import worker_command
 
 from .conftest import wait_loaded

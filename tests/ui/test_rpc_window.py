@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.backends import rpc
+from app.backends.llama import rpc
 from app.ui.message_view import COMPLETE, INTERRUPTED
 
 from .conftest import LOAD_TIMEOUT_MS, demo_settings, wait_loaded

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtWidgets import QDialogButtonBox
 
-from app.backends import rpc
+from app.backends.llama import rpc
 from app.storage.settings import load_settings
 
 from .conftest import wait_loaded

@@ -17,7 +17,7 @@ header Tandem already read (``ModelFile``): no weight is read and nothing can cr
 - **Recurrent state** (Mamba, RWKV, LFM2, the gated delta net of Qwen 3.5 ...): per
   recurrent layer, a convolution row and a state row (32-bit), times one plus the
   rollback snapshots (``n_rs_seq``); and Tandem's own checkpoints of that state in
-  system memory (``app/backends/state_checkpoints.py``, at most ``KEEP_MOST`` + 1).
+  system memory (``app/backends/llama/state_checkpoints.py``, at most ``KEEP_MOST`` + 1).
 - **Compute**: the graph's scratch for the largest batch (one ubatch). Its peak is
   the larger of the output head's logits (``n_vocab x n_ubatch`` floats: at a 262k
   vocabulary as big as the weights of a 270M model) and attention's score matrix
@@ -49,7 +49,7 @@ _ATTENTION_EXTRA_ROWS = 6
 _OUTPUT_EXTRA_ROWS = 3
 _FFN_ROWS = 3       # gate, up and their product, n_ff wide
 
-# Tandem's checkpoints of a recurrent state (app/backends/state_checkpoints.py): kept ones
+# Tandem's checkpoints of a recurrent state (app/backends/llama/state_checkpoints.py): kept ones
 # and the round's, and the bytes the kept ones may hold together.
 CHECKPOINTS_MOST = 8 + 1
 CHECKPOINT_BYTES_MOST = 256 << 20

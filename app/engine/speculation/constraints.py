@@ -7,7 +7,7 @@ greedy), used alike by plain decoding and by speculative verification, so both
 modes sample from the very same masked distribution. The draft model drafts under
 its own fork of the constraint, so it rarely proposes what the target cannot accept.
 
-This module is pure numpy; ``app/backends/grammar.py`` implements the protocol with
+This module is pure numpy; ``app/backends/llama/grammar.py`` implements the protocol with
 llama.cpp's grammar sampler.
 """
 

@@ -1,7 +1,9 @@
 """llama.cpp's grammar as an engine ``Constraint`` (app/engine/speculation/constraints.py), and JSON
 schemas turned into that grammar (GBNF) by llama-cpp-python's converter.
 
-llama.cpp comes through ``llama_cpp_backend``'s binding (the one module that loads it).
+It lives in the llama package because it calls llama.cpp itself (the sampler API and
+llama-cpp-python's schema converter).
+
 The grammar sampler is used as an oracle only: ``llama_sampler_apply`` on a set of
 candidate ids marks those the grammar refuses (logit -inf); ``llama_sampler_accept``
 moves it on; ``llama_sampler_clone`` forks it for drafting. The engine decides what
@@ -19,9 +21,10 @@ import ctypes
 import json
 import re
 
+import llama_cpp as ll
 import numpy as np
 
-from app.backends.llama_cpp_backend import _last_error, _recent_errors, ll
+from app.backends.llama import log_capture
 from app.engine.speculation.constraints import ConstraintError
 from app.engine.errors import EngineError
 
@@ -67,10 +70,10 @@ class GrammarConstraint:
         """``grammar`` (GBNF, its start rule ``root``) over ``backend``'s vocabulary."""
         if len(grammar) > MAX_GRAMMAR_CHARS:
             raise GrammarError(f"The grammar is {len(grammar)} characters; at most {MAX_GRAMMAR_CHARS} are allowed.")
-        _recent_errors.clear()
-        sampler = ll.llama_sampler_init_grammar(backend._vocab, grammar.encode("utf-8"), b"root")
+        log_capture.clear_errors()
+        sampler = ll.llama_sampler_init_grammar(backend.vocab_handle, grammar.encode("utf-8"), b"root")
         if not sampler:
-            raise GrammarError(f"llama.cpp could not parse the grammar ({_last_error()}).")
+            raise GrammarError(f"llama.cpp could not parse the grammar ({log_capture.last_error()}).")
         return cls(sampler, backend.n_vocab)
 
     def allows(self, tokens: np.ndarray) -> np.ndarray:
@@ -137,7 +140,7 @@ def json_schema_grammar(schema, *, strict: bool = False) -> str:
     if len(text) > MAX_SCHEMA_CHARS:
         raise GrammarError(f"The schema is {len(text)} characters as JSON; at most {MAX_SCHEMA_CHARS} are allowed.")
     _check_bounds(schema, strict)
-    converter = ll.llama_grammar.SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    converter = schema_converter()
     try:
         resolved = converter.resolve_refs(schema, "input")
         converter.visit(resolved, "")
@@ -148,6 +151,13 @@ def json_schema_grammar(schema, *, strict: bool = False) -> str:
         raise GrammarError(f"The schema makes a grammar of {len(grammar)} characters; at most "
                            f"{MAX_GRAMMAR_CHARS} are allowed (fewer or shorter repetitions).")
     return grammar
+
+
+def schema_converter():
+    """A fresh converter of JSON schemas to GBNF (llama-cpp-python's), set up as every
+    grammar of Tandem's uses it: a client's schema never makes the server fetch a remote
+    ``$ref``."""
+    return ll.llama_grammar.SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
 
 
 def tool_call_grammar(tools, *, arguments_key: str = "arguments", suffix: str = "") -> str:

@@ -1,4 +1,5 @@
-"""The only module that talks to llama.cpp (through llama-cpp-python's low-level API).
+"""The backend the engine drives: a model loaded by llama.cpp (through llama-cpp-python's
+low-level API) with its context, batches, decoding, rollback and checkpoints.
 
 One ``LlamaBackend`` = one model + one context + one sequence. Logits are
 requested only at the positions the engine asks for (never ``logits_all``), and
@@ -14,113 +15,39 @@ the start: it is exact on every memory, or it raises. Such a model has no trees.
 
 from __future__ import annotations
 
-import collections
 import ctypes
 import logging
 import os
-import re
-import secrets
-import threading
 from pathlib import Path
 from typing import Callable, Sequence
 
 import llama_cpp as ll
 import numpy as np
 
-from app.backends import rpc
-from app.backends.state_checkpoints import KEEP_EVERY, Checkpoint, Checkpoints
-from app.engine.errors import ChatTemplateError, ContextOverflowError, EngineError, ModelFileError
+from app.backends.llama import log_capture, rpc
+from app.backends.llama.backend_error import BackendError
+from app.backends.llama.log_capture import last_error
+from app.backends.llama.process_setup import default_threads, ensure_initialised
+from app.backends.llama.state_checkpoints import KEEP_EVERY, Checkpoint, Checkpoints
+from app.backends.llama.token_tree import leaf_sequences
+from app.backends.llama.vocabulary import VocabularyReader
+from app.engine.errors import ContextOverflowError, ModelFileError
 from app.engine.gguf.model_file import ModelFile, open_model_file
-from app.engine.gguf.header import shown_name, validate_gguf
+from app.engine.gguf.header import shown_name
 from app.engine.gguf.context_shape import BATCH, FLOAT_FILE_TYPES, RS_SNAPSHOTS, TREE_BRANCHES, flash_attention
 from app.engine.gguf.memory_kinds import ATTENTION, HYBRID, RECURRENT, memory_note
-from app.logs import FILE_ONLY
 
 log = logging.getLogger("tandem.llama")
 
-FTYPES = {"F32": ll.LLAMA_FTYPE_ALL_F32, "F16": ll.LLAMA_FTYPE_MOSTLY_F16,
-          "Q8_0": ll.LLAMA_FTYPE_MOSTLY_Q8_0, "Q4_0": ll.LLAMA_FTYPE_MOSTLY_Q4_0,
-          "Q4_1": ll.LLAMA_FTYPE_MOSTLY_Q4_1, "Q4_K_M": ll.LLAMA_FTYPE_MOSTLY_Q4_K_M,
-          "Q2_K": ll.LLAMA_FTYPE_MOSTLY_Q2_K, "IQ4_NL": ll.LLAMA_FTYPE_MOSTLY_IQ4_NL,
-          "IQ4_XS": ll.LLAMA_FTYPE_MOSTLY_IQ4_XS, "IQ3_S": ll.LLAMA_FTYPE_MOSTLY_IQ3_S}
 # A batch longer than this is a prompt's (or a re-read's): a kept checkpoint goes
 # before it and after it, so that the next turn, a regenerate or an edit finds one.
 _PROMPT_BATCH = 32
 # Checkpoints hold the recurrent part of a hybrid's memory only (its attention part
 # is cut by position); for a pure recurrent model that part is all of it.
 _PARTIAL = ll.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
-_LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
 
 
-class BackendError(EngineError):
-    """llama.cpp refused an operation."""
-
-
-# -- process-wide set-up: once, with references kept so ctypes callbacks stay alive --
-_init_lock = threading.Lock()
-_initialised = False
-_recent_errors: collections.deque[str] = collections.deque(maxlen=8)
-_log_level = logging.INFO
-# While a target loads over RPC workers, llama.cpp's errors go to the log file only: a
-# failure there becomes one line naming the worker (app.backends.loader), not four.
-_quiet_load = False
-# Where llama.cpp put each of a split target's layers, as it says at DEBUG while loading
-# ("layer 12 assigned to device RPC1"): its own decision, not a recomputation of it.
-_LAYER_LINE = re.compile(r"load_tensors: layer +(\d+) assigned to device ([^,\s]+)")
-_layer_devices: dict[int, str] | None = None
-# What llama.cpp allocated while a model loads and its context is made, as it says at
-# INFO ("CPU_Mapped model buffer size = 513.00 MiB"): its own sizes, which the memory
-# estimate (app/engine/gguf/memory_estimate.py) is checked against and the side panel
-# compares with the plan.
-_BUFFER_LINE = re.compile(r"(\S+)\s+(model|KV|RS|output|compute) buffer size =\s*([\d.]+) MiB")
-_BUFFER_PARTS = {"model": "weights", "KV": "kv_cache", "RS": "recurrent_state", "output": "output", "compute": "compute"}
-_load_buffers: list[tuple[str, str, int]] | None = None
-
-
-@ll.llama_log_callback
-def _log_callback(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
-    global _log_level
-    if level != 5:  # 5 = continuation of the previous message
-        _log_level = _LEVELS.get(level, logging.DEBUG)
-    message = (text or b"").decode("utf-8", errors="replace").rstrip()
-    if not message:
-        return
-    if _layer_devices is not None and (said := _LAYER_LINE.search(message)):
-        _layer_devices[int(said.group(1))] = said.group(2)
-    if _load_buffers is not None and (said := _BUFFER_LINE.search(message)):
-        _load_buffers.append((said.group(1), _BUFFER_PARTS[said.group(2)], round(float(said.group(3)) * 2**20)))
-    if _log_level >= logging.WARNING:
-        _recent_errors.append(message)
-    # llama.cpp is chatty at INFO; keep it at DEBUG unless it is a problem.
-    log.log(_log_level if _log_level >= logging.WARNING else logging.DEBUG, "%s", message,
-            extra=FILE_ONLY if _quiet_load else None)
-
-
-def _ensure_initialised() -> None:
-    global _initialised
-    with _init_lock:
-        if not _initialised:
-            ll.llama_log_set(_log_callback, ctypes.c_void_p(0))
-            ll.llama_backend_init()
-            _initialised = True
-
-
-def system_info() -> dict[str, str]:
-    """Which compute backend this llama.cpp build uses (for --self-test and the UI)."""
-    _ensure_initialised()
-    info = ll.llama_print_system_info().decode("utf-8", errors="replace")
-    gpu = rpc.has_local_gpu()
-    kind = "CPU"
-    if gpu:
-        kind = "Metal" if "METAL" in info.upper() else "CUDA" if "CUDA" in info.upper() else "GPU"
-    return {"backend": kind, "system_info": info.strip(), "llama_cpp_python": ll.__version__}
-
-
-def default_threads() -> int:
-    return max(1, min(os.cpu_count() or 1, 8))
-
-
-class LlamaBackend:
+class LlamaBackend(VocabularyReader):
     """A loaded GGUF model with its own KV cache, implementing ``engine.backend.ModelBackend``."""
 
     def __init__(self, path: str | Path | ModelFile, *, n_ctx: int = 4096, n_gpu_layers: int = -1,
@@ -134,7 +61,7 @@ class LlamaBackend:
         recurrent-state snapshots to ask for (None: ``RS_SNAPSHOTS``; a draft needs none)."""
         path = Path(path)
         self.model_file = open_model_file(path)  # before llama.cpp sees a byte of it (the load's own: no walk)
-        _ensure_initialised()
+        ensure_initialised()
         self.path = path
         self._model = self._ctx = None
         self._batch = None
@@ -155,34 +82,26 @@ class LlamaBackend:
             # Returning False from the callback cancels the load.
             self._progress = ll.llama_progress_callback(lambda value, _u: progress(value) is not False)
             mparams.progress_callback = self._progress
-        global _quiet_load, _layer_devices, _load_buffers
-        _recent_errors.clear()
-        _load_buffers = []
-        _quiet_load = devices is not None
-        if devices is not None:
-            self._workers = rpc.hold(devices)  # from the load's first connection (close releases)
-            _layer_devices = {}
-        try:
-            self._load(path, mparams, n_ctx, n_threads, flash_attention, exact_batches,
-                       RS_SNAPSHOTS if rs_snapshots is None else max(0, rs_snapshots))
+        with log_capture.load_capture(over_workers=devices is not None) as said:
             if devices is not None:
-                self.layer_split = rpc.layer_split(_layer_devices, devices, ll.llama_model_n_layer(self._model))
-            # (device, part, bytes) of each buffer llama.cpp made for this model and its context
-            self.buffers: tuple[tuple[str, str, int], ...] = tuple(_load_buffers)
-        except BaseException:
-            self.close()  # what was made, and the workers held
-            raise
-        finally:
-            _quiet_load = False
-            _layer_devices = None
-            _load_buffers = None
+                self._workers = rpc.hold(devices)  # from the load's first connection (close releases)
+            try:
+                self._load(path, mparams, n_ctx, n_threads, flash_attention, exact_batches,
+                           RS_SNAPSHOTS if rs_snapshots is None else max(0, rs_snapshots))
+                if devices is not None:
+                    self.layer_split = rpc.layer_split(said.layer_devices, devices, ll.llama_model_n_layer(self._model))
+                # (device, part, bytes) of each buffer llama.cpp made for this model and its context
+                self.buffers: tuple[tuple[str, str, int], ...] = tuple(said.buffers)
+            except BaseException:
+                self.close()  # what was made, and the workers held
+                raise
 
     def _load(self, path: Path, mparams, n_ctx: int, n_threads: int, flash_attention: str,
               exact_batches: bool, rs_snapshots: int) -> None:
         # The path's own bytes: a name that is not UTF-8 must load too.
         self._model = ll.llama_model_load_from_file(os.fsencode(path), mparams)
         if not self._model:
-            raise ModelFileError(f"{shown_name(path)}: llama.cpp could not load the model ({_last_error()})")
+            raise ModelFileError(f"{shown_name(path)}: llama.cpp could not load the model ({last_error()})")
 
         self._vocab = ll.llama_model_get_vocab(self._model)
         self.n_vocab = ll.llama_vocab_n_tokens(self._vocab)
@@ -207,7 +126,7 @@ class LlamaBackend:
         if not self._ctx:
             self.close()
             raise BackendError(f"{shown_name(path)}: llama.cpp could not create a context of {n_ctx} "
-                               f"tokens ({_last_error()}); try a smaller context size")
+                               f"tokens ({last_error()}); try a smaller context size")
         self.n_ctx = ll.llama_n_ctx(self._ctx)
         self.n_ctx_train = ll.llama_model_n_ctx_train(self._model)  # the context it was trained on
         self.threads = threads
@@ -233,53 +152,10 @@ class LlamaBackend:
         self._lag = 0  # of those, the last ones not in the cache yet (a tree's kept branch)
         self._piece_cache: dict[int, bytes] = {}
 
-    def _read_vocabulary(self, path: Path) -> None:
-        """What the engine reads of the vocabulary and the file's names (a ``vocab_only``
-        load reads the same: ``LlamaVocab``)."""
-        self.bos_id = ll.llama_vocab_bos(self._vocab)
-        self.eos_id = ll.llama_vocab_eos(self._vocab)
-        self.add_bos = bool(ll.llama_vocab_get_add_bos(self._vocab))
-        self.eog_ids = frozenset(t for t in range(self.n_vocab) if ll.llama_vocab_is_eog(self._vocab, t))
-        template = ll.llama_model_chat_template(self._model, None)
-        self.chat_template = template.decode("utf-8") if template else None
-        self.name = self._meta("general.name") or Path(shown_name(path)).stem
-        self.architecture = self._meta("general.architecture") or ""
-        self.tokenizer_pre = self._meta("tokenizer.ggml.pre") or ""
-
-    # -- protocol ------------------------------------------------------------
+    # -- protocol (its vocabulary part is VocabularyReader's) --------------------
     @property
     def tokens(self) -> list[int]:
         return self._tokens
-
-    @property
-    def chat_formats(self) -> tuple[str, ...]:
-        return chat_format_names()
-
-    @staticmethod
-    def render_chat_format(name: str, messages: Sequence[dict], add_generation_prompt: bool = True) -> str:
-        return render_chat_format(name, messages, add_generation_prompt)
-
-    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
-        data = text.encode("utf-8")
-        capacity = len(data) + 8
-        buf = (ll.llama_token * capacity)()
-        n = ll.llama_tokenize(self._vocab, data, len(data), buf, capacity, add_special, parse_special)
-        if n < 0:
-            capacity = -n
-            buf = (ll.llama_token * capacity)()
-            n = ll.llama_tokenize(self._vocab, data, len(data), buf, capacity, add_special, parse_special)
-        if n < 0:
-            raise BackendError("llama.cpp could not tokenize the text")
-        return list(buf[:n])
-
-    def token_bytes(self, token_id: int) -> bytes:
-        piece = self._piece_cache.get(token_id)
-        if piece is None:
-            piece = self._piece_cache[token_id] = self._piece(token_id, special=False)
-        return piece
-
-    def token_text(self, token_id: int) -> str:
-        return self._piece(token_id, special=True).decode("utf-8", errors="replace")
 
     # ``evaluate(..., borrow=True)`` and ``evaluate_tree(..., borrow=True)`` may return a
     # view of llama.cpp's own logits buffer (no copy of (k+1) x vocabulary floats); it is
@@ -420,7 +296,7 @@ class LlamaBackend:
         data = (None if kept else books.buffer_for(size)) or (ctypes.c_uint8 * max(size, 1))()
         if not size or ll.llama_state_seq_get_data_ext(self._ctx, data, size, 0, _PARTIAL) != size:
             # No checkpoint here: a rollback past it goes further back, still exact.
-            log.warning("llama.cpp could not save the recurrent state at %d tokens (%s)", pos, _last_error())
+            log.warning("llama.cpp could not save the recurrent state at %d tokens (%s)", pos, last_error())
             return
         checkpoint = Checkpoint(pos, data, size)
         if kept:
@@ -433,7 +309,7 @@ class LlamaBackend:
         there (a no-op for the recurrent part, which ends there now)."""
         if ll.llama_state_seq_set_data_ext(self._ctx, point.data, point.size, 0, _PARTIAL) != point.size:
             log.warning("llama.cpp could not restore the recurrent state at %d tokens (%s); decoding from the "
-                        "start instead", point.pos, _last_error())
+                        "start instead", point.pos, last_error())
             return False
         if not ll.llama_memory_seq_rm(self._memory, 0, point.pos, -1):
             log.warning("llama.cpp could not cut a restored state at %d tokens; decoding from the start", point.pos)
@@ -450,7 +326,7 @@ class LlamaBackend:
         buf = (ctypes.c_uint8 * max(size, 1))()
         n = ll.llama_state_seq_get_data(self._ctx, buf, size, 0) if size else 0
         if self._tokens and n == 0:
-            raise BackendError(f"llama.cpp could not copy the cache out ({_last_error()})")
+            raise BackendError(f"llama.cpp could not copy the cache out ({last_error()})")
         return list(self._tokens), buf, n
 
     def restore_cache(self, saved: tuple[list[int], object, int]) -> None:
@@ -458,7 +334,7 @@ class LlamaBackend:
         tokens, buf, n = saved
         self.trim(0)
         if n and ll.llama_state_seq_set_data(self._ctx, buf, n, 0) == 0:
-            raise BackendError(f"llama.cpp could not put the cache back ({_last_error()})")
+            raise BackendError(f"llama.cpp could not put the cache back ({last_error()})")
         self._tokens = list(tokens) if n else []
 
     def evaluate_tree(self, tokens: Sequence[int], parents: Sequence[int], borrow: bool = False) -> np.ndarray:
@@ -476,7 +352,7 @@ class LlamaBackend:
             raise ContextOverflowError(
                 f"The conversation needs {len(self._tokens) + n} tokens but the context "
                 f"holds {self.n_ctx}; start a new chat or raise the context size.")
-        seqs = _leaf_sequences(parents)
+        seqs = leaf_sequences(parents)
         branches = max(max(s) for s in seqs) + 1
         if branches > self.tree_branches:
             raise ValueError(f"a token tree of {branches} branches, the context holds {self.tree_branches}")
@@ -505,7 +381,7 @@ class LlamaBackend:
         status = ll.llama_decode(self._ctx, batch)
         if status != 0:
             ll.llama_memory_seq_keep(self._memory, 0)
-            raise BackendError(f"llama.cpp failed to evaluate a token tree (code {status}: {_last_error()})")
+            raise BackendError(f"llama.cpp failed to evaluate a token tree (code {status}: {last_error()})")
         self._lag = 0
         rows = self._logits_view(n)
         self._tree = tokens
@@ -588,127 +464,9 @@ class LlamaBackend:
         status = ll.llama_decode(self._ctx, batch)
         if status != 0:
             # llama.cpp leaves the cache as it was before this batch.
-            raise BackendError(f"llama.cpp failed to evaluate a batch (code {status}: {_last_error()})")
+            raise BackendError(f"llama.cpp failed to evaluate a batch (code {status}: {last_error()})")
         self._tokens.extend(chunk)
         self._snapshot_span = (base, base + len(chunk))
-
-    def _piece(self, token_id: int, *, special: bool) -> bytes:
-        buf = ctypes.create_string_buffer(64)
-        n = ll.llama_token_to_piece(self._vocab, token_id, buf, len(buf), 0, special)
-        if n < 0:
-            buf = ctypes.create_string_buffer(-n)
-            n = ll.llama_token_to_piece(self._vocab, token_id, buf, len(buf), 0, special)
-        return buf.raw[:max(n, 0)]
-
-    def _meta(self, key: str) -> str | None:
-        buf = ctypes.create_string_buffer(512)
-        n = ll.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
-        return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
-
-
-class LlamaVocab:
-    """A model file's tokenizer alone (llama.cpp's ``vocab_only`` load, no weights read):
-    enough to judge its chat format (``app.engine.prompting.chat_formats``) without loading it."""
-
-    def __init__(self, path: str | Path | ModelFile) -> None:
-        path = Path(path)
-        self.model_file = open_model_file(path)
-        _ensure_initialised()
-        self.path = path
-        params = ll.llama_model_default_params()
-        params.vocab_only = True
-        _recent_errors.clear()
-        self._model = ll.llama_model_load_from_file(os.fsencode(path), params)
-        if not self._model:
-            raise ModelFileError(f"{shown_name(path)}: llama.cpp could not read the vocabulary ({_last_error()})")
-        self._vocab = ll.llama_model_get_vocab(self._model)
-        self._piece_cache: dict[int, bytes] = {}
-        self.n_vocab = ll.llama_vocab_n_tokens(self._vocab)
-        self._read_vocabulary(path)
-
-    _read_vocabulary = LlamaBackend._read_vocabulary
-    tokenize = LlamaBackend.tokenize
-    token_bytes = LlamaBackend.token_bytes
-    token_text = LlamaBackend.token_text
-    chat_formats = LlamaBackend.chat_formats
-    render_chat_format = LlamaBackend.__dict__["render_chat_format"]  # the staticmethod itself
-    _piece = LlamaBackend._piece
-    _meta = LlamaBackend._meta
-
-    def close(self) -> None:
-        if self._model:
-            ll.llama_model_free(self._model)
-            self._model = None
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
-
-
-_format_names: tuple[str, ...] | None = None
-
-
-def chat_format_names() -> tuple[str, ...]:
-    """The names of llama.cpp's built-in chat formats (``llama_chat_builtin_templates``)."""
-    global _format_names
-    if _format_names is None:
-        count = ll.llama_chat_builtin_templates(None, 0)
-        names = (ctypes.c_char_p * max(count, 1))()
-        ll.llama_chat_builtin_templates(names, count)
-        _format_names = tuple(sorted(n.decode("utf-8") for n in names[:count] if n))
-    return _format_names
-
-
-def render_chat_format(name: str, messages: Sequence[dict], add_generation_prompt: bool = True) -> str:
-    """``messages`` in llama.cpp's built-in format ``name`` (``llama_chat_apply_template``).
-
-    Its messages are C strings: a NUL in a content would end it there, so NULs travel
-    as a marker that cannot occur in the text and come back after."""
-    texts = [tuple(v if isinstance(v, str) else "" for v in (m.get("role"), m.get("content"))) for m in messages]
-    nul = ""
-    if any("\0" in text for pair in texts for text in pair):
-        while not nul or any(nul in text for pair in texts for text in pair):
-            nul = f"\ue002{secrets.token_hex(8)}\ue003"
-    keep = [tuple((t.replace("\0", nul) if nul else t).encode("utf-8", "replace") for t in pair) for pair in texts]
-    chat = (ll.llama_chat_message * max(len(keep), 1))()
-    for i, (role, content) in enumerate(keep):
-        chat[i].role, chat[i].content = role, content
-    size = sum(len(r) + len(c) for r, c in keep) * 2 + 256
-    for _ in range(2):
-        buf = ctypes.create_string_buffer(size)
-        n = ll.llama_chat_apply_template(name.encode("utf-8"), chat, len(keep), add_generation_prompt, buf, size)
-        if n < 0:
-            raise ChatTemplateError(f"llama.cpp has no chat format called '{name}'")
-        if n <= size:
-            text = buf.raw[:n].decode("utf-8", "replace")
-            return text.replace(nul, "\0") if nul else text
-        size = n + 1
-    raise ChatTemplateError(f"llama.cpp's '{name}' format could not be rendered")
-
-
-def _leaf_sequences(parents: list[int]) -> list[list[int]]:
-    """Per node, the sequences it belongs to: one per leaf below it. The leaf reached by
-    first children from the root is sequence 0, so a tree that is a chain is one sequence."""
-    n = len(parents)
-    has_child = [False] * n
-    for p in parents[1:]:
-        has_child[p] = True
-    first_leaf = 0
-    while True:
-        child = next((i for i in range(first_leaf + 1, n) if parents[i] == first_leaf), None)
-        if child is None:
-            break
-        first_leaf = child
-    leaves = [first_leaf] + [i for i in range(n) if not has_child[i] and i != first_leaf]
-    seqs: list[list[int]] = [[] for _ in range(n)]
-    for seq, leaf in enumerate(leaves):
-        node = leaf
-        while node >= 0:
-            seqs[node].append(seq)
-            node = parents[node]
-    return seqs
 
 
 def _flash_attn_type(choice: str, n_gpu_layers: int, *, exact: bool) -> int:
@@ -717,37 +475,3 @@ def _flash_attn_type(choice: str, n_gpu_layers: int, *, exact: bool) -> int:
     on = flash_attention(choice, gpu=rpc.has_local_gpu() and n_gpu_layers > 0, exact=exact)
     return (ll.LLAMA_FLASH_ATTN_TYPE_AUTO if on is None else
             ll.LLAMA_FLASH_ATTN_TYPE_ENABLED if on else ll.LLAMA_FLASH_ATTN_TYPE_DISABLED)
-
-
-def quantize(source: str | Path, dest: str | Path, ftype: str | None,
-             prune_layers: Sequence[int] = ()) -> None:
-    """Write ``source`` re-encoded as ``ftype`` (e.g. "F32", "Q4_0"; None: the types it has)
-    with llama.cpp's quantizer, without the layers in ``prune_layers`` (ascending)."""
-    source, dest = Path(source), Path(dest)
-    validate_gguf(source)
-    _ensure_initialised()
-    params = ll.llama_model_quantize_default_params()
-    if ftype is None:
-        params.only_copy = True
-    else:
-        params.ftype = FTYPES[ftype]
-    params.allow_requantize = True
-    params.nthread = os.cpu_count() or 1
-    if prune_layers:  # llama.cpp reads the list up to a -1; the array must outlive the call
-        pruned = (ctypes.c_int32 * (len(prune_layers) + 1))(*prune_layers, -1)
-        params.prune_layers = ctypes.cast(pruned, ctypes.POINTER(ctypes.c_int32))
-    _recent_errors.clear()
-    if ll.llama_model_quantize(os.fsencode(source), os.fsencode(dest), ctypes.byref(params)) != 0:
-        raise BackendError(f"Could not write {shown_name(dest)} as {ftype or 'a copy'} ({_last_error()})")
-
-
-# llama.cpp's closing words after a failed load; the line before them says why.
-_GENERIC_ERRORS = ("failed to load model", "failed to load model from")
-
-
-def _last_error() -> str:
-    """The last thing llama.cpp complained about that says more than "failed"."""
-    for message in reversed(_recent_errors):
-        if not message.endswith(_GENERIC_ERRORS):
-            return message.split("error loading model: ", 1)[-1]
-    return _recent_errors[-1] if _recent_errors else "no reason given"

@@ -9,7 +9,7 @@ earlier position restores the latest state saved at or before it and decodes the
 tokens from there again.
 
 This module only keeps the books (which positions, which to let go); the saving and
-restoring are ``app.backends.llama_cpp_backend``'s. Two kinds of checkpoint:
+restoring are ``app.backends.llama.backend``'s. Two kinds of checkpoint:
 
 - the **round's**: where a speculative round may roll back to (before a verification,
   at a draft round's start). One at a time: the next round's replaces it.
