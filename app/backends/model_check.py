@@ -22,7 +22,6 @@ import collections
 import hashlib
 import json
 import os
-import re
 import subprocess
 import sys
 import threading
@@ -35,6 +34,7 @@ from app.backends.build_check import ROOT, _signal_name, check_llama_build, fing
 from app.engine.errors import ModelFileError
 from app.engine.gguf.header import shown_name, shown_path
 from app.engine.gguf.model_file import ModelFile, open_model_file
+from app.errors import last_words  # llama.cpp's last words: app.errors, so the window's side reads them too
 
 CHECK_FLAG = "--check-model"  # handled first thing by app.__main__
 CACHE_NAME = "model-checks.json"
@@ -210,30 +210,6 @@ def read_lines(stream, lines: collections.deque[str]) -> None:
         text = raw.decode("utf-8", "replace").strip()
         if text:
             lines.append(text)
-
-
-_SOURCE_PATH = re.compile(r"^\S*?([^/\\\s]+\.(?:c|cc|cpp|h|cu|m)):(\d+): ")
-
-
-def last_words(lines) -> str:
-    """llama.cpp's own account of its death, one line: the failed assert, the uncaught
-    exception, or else the last thing it said."""
-    lines = list(lines)
-    for line in reversed(lines):
-        if "GGML_ASSERT" in line or "GGML_ABORT" in line or ": fatal error" in line:
-            return _clip(_SOURCE_PATH.sub(r"\1:\2: ", line))
-    for i, line in enumerate(lines):
-        if line.startswith("terminate called after throwing an instance of"):
-            kind = line.rsplit(" ", 1)[-1].strip("'")
-            what = next((rest.split("what():", 1)[1].strip() for rest in lines[i + 1:i + 3]
-                         if "what():" in rest), "")
-            return _clip(f"uncaught {kind}" + (f" ({what})" if what else ""))
-    meaningful = [line for line in lines if not line.startswith("#")]
-    return _clip(meaningful[-1]) if meaningful else ""
-
-
-def _clip(text: str, limit: int = 240) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # -- the cache ------------------------------------------------------------------------

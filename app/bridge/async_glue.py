@@ -16,7 +16,7 @@ import qasync
 from PySide6.QtCore import QObject, Signal, Slot
 from PySide6.QtWidgets import QApplication
 
-from app.bridge.worker import one_line
+from app.errors import one_line
 
 
 def run_app(app: QApplication) -> int:
@@ -50,15 +50,11 @@ async def off_thread(function: Callable[..., Any], *args: Any) -> Any:
 
 
 def check_pair_blocking(target: str, draft: str) -> tuple[bool, str | None, str]:
-    """(ok, failed rule, reason) from the two files' metadata; reads headers, never weights."""
-    from app.backends.loader import check_pair
-    from app.errors import TandemError
+    """(ok, failed rule, reason) from the two files' metadata and their trial loads
+    (``app.session.pair_check``; each trial in a child process)."""
+    from app.session.pair_check import check_pair_blocking as check
 
-    try:
-        result = check_pair(target, draft)
-    except TandemError as exc:
-        return False, "file", str(exc)
-    return result.ok, result.rule, result.reason
+    return check(target, draft)
 
 
 class PairChecker(QObject):

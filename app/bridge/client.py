@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from PySide6.QtCore import SignalInstance
 
     from app.engine.types import SamplingConfig, SpecConfig
-    from app.session.chat import LoadInfo
+    from app.session.chat_types import LoadInfo
     from app.session.config import ModelSpec
 
 
@@ -63,6 +63,11 @@ class Engine(Protocol):
                  replaced: Sequence[str] = ()) -> int: ...
 
     def check_speculation(self) -> None: ...
+
+    def chat_format_names(self) -> tuple[str, ...]:
+        """llama.cpp's built-in chat formats, by name, for the window to offer: asked of the
+        engine (its process's ``Ready``), never of a llama.cpp loaded on the window's side."""
+        ...
 
     def stop(self, request_id: int | None = None) -> None: ...
 

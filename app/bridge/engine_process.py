@@ -25,7 +25,7 @@ from PySide6.QtCore import QCoreApplication, QElapsedTimer, QObject, QTimer, Sig
 
 from app.engine.types import SamplingConfig, SpecConfig
 from app.session import protocol as p
-from app.session.chat import LoadInfo
+from app.session.chat_types import LoadInfo
 from app.session.config import ModelSpec
 from app.session.engine_link import EngineLink
 
@@ -84,6 +84,7 @@ class EngineProcessClient(QObject):
         self._running = True
         self._served_answer: p.Serving | None = None
         self._served_event = threading.Event()
+        self._chat_formats: tuple[str, ...] = ()  # llama.cpp's, as the engine's Ready said them
         self.death: str | None = None       # the last death's line, until a fresh engine starts
         self.died_loading = False            # that death came while models loaded
         self._hung_reported = False
@@ -118,6 +119,11 @@ class EngineProcessClient(QObject):
     @property
     def pid(self) -> int:
         return self._link.pid if self._link is not None else 0
+
+    def chat_format_names(self) -> tuple[str, ...]:
+        """llama.cpp's built-in chat formats, as the engine process said them when it
+        started (``Ready``): the window's side never loads llama.cpp to ask. () until then."""
+        return self._chat_formats
 
     # --- requests ---------------------------------------------------------------------------
 
@@ -273,6 +279,8 @@ class EngineProcessClient(QObject):
             if message.load_id == self._load_id:
                 self._loading = False
                 self.load_failed.emit(message.message)
+        elif isinstance(message, p.Ready):
+            self._chat_formats = message.chat_formats
         elif isinstance(message, p.Pong):
             self._pong_at, self._stuck = time.monotonic(), message.stuck_seconds
         elif isinstance(message, p.Checked):

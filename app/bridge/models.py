@@ -12,7 +12,8 @@ from typing import Callable, Protocol, Sequence
 
 from app.engine.speculation.speculative import Generation
 from app.engine.types import SamplingConfig, SpecConfig
-from app.session.chat import ChatPrompt, ChatSession, LoadInfo
+from app.session.chat import ChatSession
+from app.session.chat_types import ChatPrompt, LoadInfo
 from app.session.config import ModelSpec
 from app.session.loading import LoadCancelled, load_session
 from app.session import loading

@@ -26,7 +26,8 @@ from PySide6.QtCore import QCoreApplication, QElapsedTimer, QObject, QThread, QT
 from app.bridge.models import LoadCancelled, LoadedModels, LoadInfo, Loader, ModelSpec, load_llama_models
 from app.engine.prompting.chat import RenderStopped, stop_renders_on
 from app.engine.types import SamplingConfig, SpecConfig, Stats, StopReason, TokenEvent
-from app.errors import TandemError, one_line  # noqa: F401 — one_line: async_glue's too
+from app.errors import TandemError, one_line  # noqa: F401 — one_line: the engine client tests' too
+from app.session.loading import chat_format_names
 from app.storage import load_marker
 
 log = logging.getLogger(__name__)
@@ -341,6 +342,10 @@ class EngineClient(QObject):
         """Run ``task(models)`` on the engine thread after what is queued there; callable
         from any thread (the local server's). ``models`` is None while none is loaded."""
         self._task_requested.emit(task)
+
+    def chat_format_names(self) -> tuple[str, ...]:
+        """llama.cpp's built-in chat formats (loaded in this process, as the engine is)."""
+        return chat_format_names()
 
     def check_speculation(self) -> None:
         """Run the self-test on the worker thread; the answer comes as ``checked``."""

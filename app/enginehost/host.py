@@ -29,7 +29,7 @@ from app.engine.prompting.chat import RenderStopped
 from app.engine.types import Stats, StopReason
 from app.errors import TandemError, one_line
 from app.session import protocol as p
-from app.session.loading import LoadCancelled, load_session
+from app.session.loading import LoadCancelled, chat_format_names, load_session
 from app.storage import load_marker
 
 log = logging.getLogger(__name__)
@@ -45,6 +45,16 @@ Progress = Callable[[str, float], bool | None]
 def load_models(spec, progress: Progress):
     """The session layer's load, its (stage, done, total) reports as fractions."""
     return load_session(spec, lambda stage, done, total: progress(stage, done / total if total else -1.0))
+
+
+def _chat_formats() -> tuple[str, ...]:
+    """llama.cpp's built-in chat formats for ``Ready`` (the window offers them); none
+    rather than no engine when llama.cpp cannot say (a load then says what is wrong)."""
+    try:
+        return chat_format_names()
+    except Exception:  # noqa: BLE001 — the engine must start to report its failures
+        log.exception("llama.cpp's chat formats could not be listed")
+        return ()
 
 
 class Outbox:
@@ -163,7 +173,7 @@ class EngineHost:
     # --- the engine thread --------------------------------------------------------------------
 
     def run(self) -> int:
-        self.out.put(p.Ready(os.getpid()))
+        self.out.put(p.Ready(os.getpid(), _chat_formats()))
         threading.Thread(target=self._read, name="tandem-engine-read", daemon=True).start()
         try:
             while (task := self._tasks.get()) is not None:

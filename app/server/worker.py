@@ -285,7 +285,7 @@ def _reply(session, job: Job, served: int, queued: float, interleave=None) -> Ou
         extra = {"tools": spec.tools} if spec.tools is not None else {}
         prompt = session.prompt(spec.history, spec.system, spec.max_tokens, job.cancel, **extra)
     else:
-        from app.session.chat import ChatPrompt
+        from app.session.chat_types import ChatPrompt
 
         # Raw text, never control tokens: a '<|im_end|>' in it stays text.
         prompt = ChatPrompt(session.target.tokenize(spec.prompt, add_special=True, parse_special=False))

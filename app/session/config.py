@@ -60,10 +60,3 @@ def speculation(enabled: bool, draft_max, draft_min: int = 1, p_min: float = 0.0
     """The one mapping of a user's "copy repeated text" on/off to the engine's ``copy_min``."""
     return SpecConfig(enabled=enabled, draft_max=draft_max, draft_min=draft_min, p_min=p_min,
                       copy_min=COPY_MIN if copy else 0, tree=tree)
-
-
-def chat_format_names() -> tuple[str, ...]:
-    """llama.cpp's built-in chat formats, by name (for a front end to offer)."""
-    from app.backends.llama.builtin_chat_formats import chat_format_names as names
-
-    return names()

@@ -12,7 +12,7 @@ import os
 import signal
 from pathlib import Path
 
-from app.backends.model_check import last_words
+from app.errors import last_words
 
 TAIL_BYTES = 64_000
 TAIL_LINES = 40

@@ -12,7 +12,7 @@ from typing import Callable, Iterator, Sequence
 from app.engine.types import SamplingConfig, SpecConfig, Stats, TokenEvent
 from app.errors import TandemError
 from app.session import protocol as p
-from app.session.chat import LoadInfo
+from app.session.chat_types import LoadInfo
 from app.session.config import ModelSpec
 from app.session.engine_link import EngineLink
 

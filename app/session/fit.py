@@ -234,15 +234,18 @@ def plan_line(target: str, draft: str, *, n_ctx: int, target_gpu_layers: GpuLaye
     from app.errors import TandemError
 
     if not target:
-        from app.models import demo
+        # The demo pair's facts and files, not its provisioning (which reaches llama.cpp):
+        # this runs on the window's side.
+        from app.models.demo_facts import MEMORY_BYTES
+        from app.models.demo_files import is_provisioned, provisioned_paths
 
-        if not demo.is_provisioned():
+        if not is_provisioned():
             machine = read_machine()
-            where = (f"fits on the GPU ({gb(machine.gpu_free)} free)" if machine.gpu_free > demo.MEMORY_BYTES * 1.2
+            where = (f"fits on the GPU ({gb(machine.gpu_free)} free)" if machine.gpu_free > MEMORY_BYTES * 1.2
                      else f"runs on the CPU ({gb(machine.ram_free)} of memory available)")
-            return f"Memory: the demo pair needs {gb(demo.MEMORY_BYTES)} with its caches; {where}"
-        pair = demo.demo_pair()
-        target, draft = str(pair.target), draft or str(pair.draft)
+            return f"Memory: the demo pair needs {gb(MEMORY_BYTES)} with its caches; {where}"
+        demo_target, demo_draft = provisioned_paths()
+        target, draft = str(demo_target), draft or str(demo_draft)
     try:
         plan = plan_files(target, draft or None, n_ctx=n_ctx, machine=read_machine(),
                           target_gpu_layers=target_gpu_layers, draft_gpu_layers=draft_gpu_layers,

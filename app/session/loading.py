@@ -21,6 +21,15 @@ from app.session.fit import FitError, describe, gpu_layers_for_load, plan_files,
 Progress = Callable[[str, float, float], bool | None]
 
 
+def chat_format_names() -> tuple[str, ...]:
+    """llama.cpp's built-in chat formats, by name (for a front end to offer). Asked where
+    llama.cpp is: the engine process says them in its ``Ready`` (``app.session.protocol``),
+    the in-process engine client calls this."""
+    from app.backends.llama_cpp_backend import chat_format_names as names
+
+    return names()
+
+
 class LoadCancelled(Exception):
     """The progress callback asked to stop (a newer load replaced this one)."""
 

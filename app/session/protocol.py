@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from app.engine.types import SamplingConfig, SpecConfig, Stats, TokenEvent
-from app.session.chat import LoadInfo
+from app.session.chat_types import LoadInfo
 from app.session.config import ModelSpec
 
 ENGINE_FLAG = "--engine"  # ``python -m app --engine ADDRESS``: handled first thing by app.__main__
@@ -98,6 +98,7 @@ class Shutdown:
 @dataclass(frozen=True)
 class Ready:
     pid: int
+    chat_formats: tuple[str, ...] = ()  # llama.cpp's built-in chat formats, by name (the window offers them)
 
 
 @dataclass(frozen=True)

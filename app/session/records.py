@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from app.engine.types import Stats, TokenEvent, TokenKind
-from app.session.chat import LoadInfo
+from app.session.chat_types import LoadInfo
 from app.storage.history import TokenRecord, token_record
 from app.storage.settings import Settings
 from app.vocabulary import MessageState

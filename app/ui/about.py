@@ -22,13 +22,13 @@ def _version(package: str) -> str:
         return "not installed"
 
 
-def about_details() -> str:
-    from app.logs import log_file
-
+def about_details(log_path: object) -> str:
+    """``log_path``: where the log is (``app.logs.log_file()``, which the window hands over:
+    a widget never asks the store where its files are)."""
     return "\n".join([
         f"Version {__version__} · llama-cpp-python {_version('llama-cpp-python')} · "
         f"PySide6 {_version('PySide6-Essentials')} · Python {sys.version.split()[0]}",
-        f"Log file: {log_file()}",
+        f"Log file: {log_path}",
         "",
         *LICENCES,
     ])

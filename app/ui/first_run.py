@@ -14,7 +14,7 @@ from typing import Callable
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFileDialog, QFrame, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
-from app.models.demo import (DOWNLOAD_BYTES, DRAFT_BYTES, TARGET_BYTES, WHEEL_NAME, WHEEL_PAGE)
+from app.models.demo_facts import DOWNLOAD_BYTES, DRAFT_BYTES, TARGET_BYTES, WHEEL_NAME, WHEEL_PAGE
 
 GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
 WHEEL_FILTER = f"The demo wheel ({WHEEL_NAME});;Python wheels (*.whl);;All files (*)"

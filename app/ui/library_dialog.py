@@ -9,17 +9,19 @@ One click ("Use this pair") emits the pair; "Check speculation" is offered right
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (QAbstractItemView, QDialog, QFileDialog, QHBoxLayout, QLabel, QMenu, QProgressBar,
                                QPushButton, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget)
 
-from app.library.drafts import DraftCandidate
 from app.library.entries import LibraryEntry, parameters_shown, size_shown
-from app.library.scan import ScanResult
 from app.ui.chat_format_chooser import ChatFormatChooser
+
+if TYPE_CHECKING:  # what the controller hands over; their modules read the disk and the store
+    from app.library.drafts import DraftCandidate
+    from app.library.scan import ScanResult
 
 MODEL_COLUMNS = ("Model", "Source", "Architecture", "Parameters", "Quantisation", "Size", "Context", "Status")
 DRAFT_COLUMNS = ("Draft", "Verdict", "Size", "Smaller by", "Memory", "Why")  # the reason last: it gets the room

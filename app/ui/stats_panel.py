@@ -22,7 +22,7 @@ DASH = "—"
 
 
 class LoadedPair(Protocol):
-    """What the panel shows of a loaded pair (``app.session.chat.LoadInfo``)."""
+    """What the panel shows of a loaded pair (``app.session.chat_types.LoadInfo``)."""
 
     target_name: str
     target_path: str

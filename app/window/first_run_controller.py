@@ -17,7 +17,8 @@ from PySide6.QtWidgets import QBoxLayout, QWidget
 
 from app.bridge.async_glue import MemoryPlanner
 from app.engine.gguf.header import shown_name
-from app.models.demo import DOWNLOAD_BYTES, needs_first_run  # noqa: F401 — the window asks it here
+from app.models.demo_facts import DOWNLOAD_BYTES
+from app.models.demo_files import needs_first_run  # noqa: F401 — the window asks it here
 from app.storage.settings import Settings
 from app.ui.first_run import FirstRunScreen, megabytes
 from app.ui.notices import NoticeArea

@@ -68,12 +68,14 @@ class HelpController(QObject):
         box.open()
 
     def show_about(self) -> None:
+        from app.logs import log_file
+
         box = QMessageBox(self._dialog_parent)
         box.setWindowTitle("About Tandem")
         box.setTextFormat(Qt.TextFormat.PlainText)
         box.setText("Tandem — chat with local GGUF models, sped up losslessly by a draft model.\n\n"
                     "The reply is exactly what the target model alone would write; colours show "
-                    "which tokens the draft guessed right.\n\n" + about_details())
+                    "which tokens the draft guessed right.\n\n" + about_details(log_file()))
         box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.last_about = box
         box.open()

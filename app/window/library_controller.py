@@ -25,7 +25,6 @@ from app.session.fit import describe, plan_files, read_machine
 from app.library.entries import read_entry
 from app.library.locations import FOLDER
 from app.library.scan import ScanResult, library_locations, scan_library
-from app.session.config import chat_format_names
 from app.storage.settings import MAX_FOLDERS, Settings, with_chat_format, with_recent_pair
 from app.ui.library_dialog import LibraryDialog
 from app.window.draft_task import DraftTask
@@ -136,7 +135,7 @@ class LibraryController(QObject):
             dialog.finished.connect(lambda _result: self._forget(dialog))
             self.dialog = dialog
         self.dialog.set_folders(self._settings().library_folders)
-        self.dialog.set_chat_formats(chat_format_names(), self._settings().chat_formats)
+        self.dialog.set_chat_formats(self.client.chat_format_names(), self._settings().chat_formats)
         if target and target not in self._extra_paths:
             self._extra_paths.append(target)
         self._pending_target = target

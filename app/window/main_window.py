@@ -91,7 +91,8 @@ class MainWindow(QMainWindow):
         if self.client.parent() is None:
             self.client.setParent(self)
         self.notices = NoticeArea(self)
-        self.prefs = SettingsController(loaded, self.notices, overrides=overrides, dialog_parent=self)
+        self.prefs = SettingsController(loaded, self.notices, overrides=overrides,
+                                        chat_formats=self.client.chat_format_names, dialog_parent=self)
         self.prefs.changed.connect(self._settings_applied)
 
         self.setWindowTitle(APP_NAME)

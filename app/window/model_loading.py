@@ -12,8 +12,9 @@ from typing import Callable, TYPE_CHECKING
 from PySide6.QtCore import QObject, QTimer
 from PySide6.QtWidgets import QLabel
 
-from app.bridge.models import LoadInfo, ModelSpec
 from app.engine.types import SPECULATION_OFF, DrafterKind
+from app.session.chat_types import LoadInfo
+from app.session.config import ModelSpec
 from app.storage import load_marker
 from app.storage.settings import Settings
 from app.ui.composer import Composer

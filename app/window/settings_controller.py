@@ -9,12 +9,13 @@ for compatibility checks and remote workers' Tests off the UI thread (``PairChec
 
 from __future__ import annotations
 
+from typing import Callable
+
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QWidget
 
 from app.bridge.async_glue import MemoryPlanner, PairChecker
 from app.errors import TandemError
-from app.session.config import chat_format_names
 from app.storage.settings import LoadedSettings, Settings, save_settings
 from app.ui.notices import ERROR, NoticeArea
 from app.ui.settings_dialog import SettingsDialog
@@ -27,8 +28,11 @@ class SettingsController(QObject):
     changed = Signal(object)  # Settings, once in force
 
     def __init__(self, loaded: LoadedSettings, notices: NoticeArea, *, overrides: dict | None = None,
-                 dialog_parent: QWidget) -> None:
+                 chat_formats: Callable[[], tuple[str, ...]] = tuple, dialog_parent: QWidget) -> None:
+        """``chat_formats()``: llama.cpp's built-in chat formats, by name, to offer (the
+        engine client's ``chat_format_names``: the window's side never loads llama.cpp)."""
         super().__init__(dialog_parent)
+        self._chat_formats = chat_formats
         self._saved = loaded.settings  # what is on disk; command-line overrides stay out of it
         self.settings: Settings = loaded.settings.replace(**(overrides or {}))
         self.notices = notices
@@ -73,7 +77,7 @@ class SettingsController(QObject):
 
     def open_dialog(self) -> SettingsDialog:
         """Open the dialog with ``open()`` (not ``exec()``: replies keep streaming); returns it."""
-        dialog = SettingsDialog(self.settings, self._dialog_parent, chat_formats=chat_format_names())
+        dialog = SettingsDialog(self.settings, self._dialog_parent, chat_formats=self._chat_formats())
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.compatibility_check_requested.connect(self._pair_checker.check)
         dialog.worker_test_requested.connect(self._worker_tester.test)

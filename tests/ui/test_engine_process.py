@@ -257,3 +257,11 @@ def test_a_window_that_quits_ends_its_engine(demo_models, tandem_home):
     finally:
         window.kill()
         window.wait()
+
+
+def test_the_settings_offer_llama_cpps_chat_formats_as_the_engine_process_said_them(engine_window, qtbot):
+    window = engine_window()
+    assert "chatml" in window.client.chat_format_names()  # from its Ready: the window never asks llama.cpp
+    dialog = window.prefs.open_dialog()
+    assert dialog.editors["chat_formats"].findData("chatml") > 0
+    dialog.reject()
