@@ -137,6 +137,28 @@ def test_the_readme_stays_a_landing_page():
     assert lines <= README_MAX_LINES, f"README.md has {lines} lines; reference material goes in docs/"
 
 
+ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
+ARCHITECTURE_MAX_LINES = 300
+APP_PATH = re.compile(r"(?<![\w./])app/[\w./-]*[\w/]")
+
+def app_paths(text: str) -> set[str]:
+    """Every ``app/...`` path a text names (files and folders, checked exactly)."""
+    return {path.rstrip(".") for path in APP_PATH.findall(text)}
+
+
+def test_the_architecture_stays_an_overview():
+    """The layers, the round and one token's walk; per-module detail goes in the module's
+    docstring, which ARCHITECTURE.md names by its path."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    lines = text.count("\n")
+    assert lines <= ARCHITECTURE_MAX_LINES, \
+        f"docs/ARCHITECTURE.md has {lines} lines; move detail into the docstrings of the modules it names"
+    named = app_paths(text)
+    assert named, "docs/ARCHITECTURE.md names no app/ path"
+    missing = sorted(path for path in named if not (ROOT / path).exists())
+    assert not missing, f"docs/ARCHITECTURE.md names paths that do not exist: {', '.join(missing)}"
+
+
 @pytest.mark.parametrize("doc", USER_DOCS, ids=relative)
 def test_no_history_in_the_user_docs(doc):
     """History goes in CHANGELOG.md. A date or a commit appears only in a measurement's stamp,
@@ -168,6 +190,9 @@ def test_the_checks_can_fail(tmp_path):
     assert LINK.findall(prose(bad)) == ["nowhere.md"]
     assert HISTORY.search("as measured this round") and HASH.search("on commit 6158230 it") and HASH.search("at 82dfeac") and not HASH.search("deadbeef")
     assert "the-round" in headings("## The round\n")
+    assert app_paths("`app/engine/backend.py`, see app/window/. And `app/no_such.py`") == \
+        {"app/engine/backend.py", "app/window/", "app/no_such.py"}
+    assert not (ROOT / "app/no_such.py").exists() and not app_paths("webapp/x.py, app.session")
 
 
 # -- constants the docs state ----------------------------------------------------------------

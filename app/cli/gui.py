@@ -1,5 +1,12 @@
 """Open the chat window: QApplication, app icon and style, settings, qasync's event loop.
 
+``launch`` starts the engine process as soon as the one-window lock is held and the
+llama.cpp build check passed, before it imports the window's own modules: the child's
+Python, numpy and llama.cpp load on another core while the window imports and builds,
+and the ``Load`` sent meanwhile waits in the link and goes first. So the child's imports
+cost no start-up time (``tools/engine_costs.py``: ``process`` against ``late``, the
+engine started by the built window).
+
 Without any display to open it on (a Linux SSH session), ``app.cli.main`` starts the
 terminal chat instead; ``has_display`` is how it tells.
 """

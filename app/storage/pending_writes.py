@@ -12,6 +12,13 @@ A queued save that makes a row (a conversation, a message) returns a ``PendingId
 once: a negative int that stands for the row's id. Passed back to the store (a reply's
 updates, the next message of a new conversation), it is replaced by the real id when
 the save runs; a read of a row not written yet raises ``NotSavedYet``.
+
+In the window, ``StoreCalls`` (``app/window/history_files.py``) turns ``NotSavedYet``
+into the read's default, shows one notice while saves wait, tries them again every
+``RETRY_INTERVAL_MS`` and tells the history controller when they are written (it swaps
+its pending ids for the real ones). A change that cannot wait in line (switching branch)
+raises ``HistoryLocked`` and is refused with a notice while saves wait; closing gives
+them one last, longer try (``history.CLOSING_BUSY_TIMEOUT_MS``).
 """
 
 from __future__ import annotations

@@ -7,6 +7,13 @@ taken, sends its command-line settings (model files, say) over the socket, and e
 once the first answers. The first brings its window to the front and applies them.
 A first start that does not answer (hung, or just starting) gets a warning, and the
 second window opens after all: better two windows than none.
+
+In detail: ``app.cli.gui.launch`` claims a ``QLockFile`` in the user's runtime folder
+(``paths.runtime_dir()``) and listens on a ``QLocalServer`` beside it. A second start
+finds the lock taken, sends its command-line settings as one JSON line, waits for
+``ok``, and ends; the first applies them for the session
+(``SettingsController.override``, saved only if edited) and raises its window. A lock
+whose process died is stale and taken over, however old.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ def meta(tmp_path: Path, stem: str, **kw) -> ModelMetadata:
 
 
 # ---------------------------------------------------------------------------
-# Compatibility (docs/ARCHITECTURE.md, "Compatibility of a draft with a target")
+# Compatibility (app/engine/gguf/meta.py, check_compatibility)
 
 
 def test_same_file_twice_is_compatible(tmp_path):

@@ -5,7 +5,7 @@ declaring a 2^63-element array keeps it busy for minutes), and llama.cpp answers
 bad file with a bare NULL. So :func:`validate_gguf` walks the header itself,
 checking each length against the bytes actually left in the file, and says in one
 line what is wrong; :func:`scan_header` does the same walk and also decodes the
-values a caller wants (``gguf_meta.read_metadata``'s few keys). Other people's files
+values a caller wants (``meta.read_metadata``'s few keys). Other people's files
 are hostile until this has passed them.
 """
 

@@ -1,12 +1,19 @@
 """GGUF model files: tokenizer metadata, and whether a draft suits a target.
 
-The header is checked first (``gguf_header.py``, which says why a hostile file is
+The header is checked first (``header.py``, which says why a hostile file is
 refused). :func:`read_metadata` decodes the few keys it needs during that same walk:
 ``GGUFReader`` builds numpy arrays for every token and merge and took 6-8 s on the
 98 MB demo model, against well under 0.1 s here.
 
-:func:`check_compatibility` mirrors llama.cpp's ``common_speculative_are_compatible``
-(docs/ARCHITECTURE.md, "Compatibility of a draft with a target").
+:func:`check_compatibility` mirrors llama.cpp's ``common_speculative_are_compatible``,
+read from metadata before any weights load, with llama.cpp's own rules in its order: the
+same vocabulary type; the same BOS and EOS ids and add-BOS/add-EOS flags; vocabulary
+sizes within ``SPEC_VOCAB_MAX_SIZE_DIFFERENCE`` (128) of each other; token texts equal
+from id ``SPEC_VOCAB_CHECK_START_TOKEN_ID`` (5) up to the smaller vocabulary. The first
+rule that fails is named (for token texts, the first differing id and both texts).
+:func:`pair_verdict` says what then happens with the pair: a draft that passes drafts
+token for token; one that does not drafts through text (docs/cross-vocabulary.md,
+``app/engine/speculation/text_bridge.py``), acceptance measured, not promised.
 """
 
 from __future__ import annotations
@@ -182,8 +189,8 @@ class _Values:
 
 
 def check_compatibility(target: ModelMetadata, draft: ModelMetadata) -> Compatibility:
-    """llama.cpp's rules for a draft model, checked in llama.cpp's order (docs/ARCHITECTURE.md,
-    "Compatibility of a draft with a target")."""
+    """llama.cpp's rules for a draft model, checked in llama.cpp's order (the module's
+    docstring lists them)."""
 
     def incompatible(rule: str, why: str) -> Compatibility:
         return Compatibility(False, rule, f"Draft is incompatible with target: {why}")

@@ -20,7 +20,21 @@ fails while rendering falls back for that reply (``app.engine.prompting.chat``).
 Rendering a built-in format is llama.cpp's own code (``llama_chat_apply_template``,
 reached through the model: ``render_chat_format``), so a prompt is exactly what
 ``llama-server --chat-template NAME`` would build. Those formats never write the BOS
-at the start; the prompter adds it when the vocabulary asks for one.
+at the start; the prompter adds it when the vocabulary asks for one. The backend's
+``render_chat_format`` is model-free (its messages are C strings, so a NUL in a content
+travels as a marker) and ``available_formats`` lists what it offers, so this module stays
+pure and a backend without them renders ChatML in plain Python.
+
+Which format a model uses is decided once per load (``ChatSession.set_chat_format``,
+called by ``app/session/loading.py`` with ``ModelSpec.chat_format``, the user's choice
+per file: ``Settings.chat_formats``, ``--chat-format``) and kept per model
+(``set_format`` / ``format_of``); the prompter reads it for every render, and message
+contents are guarded as text in both paths. Detection reads only the vocabulary
+(``tokenize``, ``token_text``, ``token_bytes``) and a few facts (``architecture``,
+``name``, ``tokenizer_pre``, the file's name), so a vocabulary-only load (no weights)
+can judge a file; the tests write one
+small GGUF per family (tests/chat_format_models.py) and check each prompt against the
+family's documented format, token for token.
 """
 
 from __future__ import annotations

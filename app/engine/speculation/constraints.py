@@ -1,4 +1,4 @@
-"""Constraints on sampling (docs/ARCHITECTURE.md, "Constraints stay lossless").
+"""Constraints on sampling: a grammar or a JSON schema, and the reply still lossless.
 
 A ``Constraint`` says which tokens may come next (a grammar, a JSON schema) and moves
 on as tokens are committed. The engine applies it to the target's *warped*
@@ -7,8 +7,23 @@ greedy), used alike by plain decoding and by speculative verification, so both
 modes sample from the very same masked distribution. The draft model drafts under
 its own fork of the constraint, so it rarely proposes what the target cannot accept.
 
+A draft the grammar forbids has p = 0 at its row: greedy cannot match it and the
+rejection rule rejects it; the engine also cuts a draft (copied ones too) before its
+first refused token (``drafters.constrained_draft``), since nothing after it could be
+kept. How each row gets its own grammar state: ``target_rows.py``.
+
+Cheap where exact: only the warped support is checked (top-k, top-p, min-p keep it
+small); greedy checks the top token, then the top 64, then 1024 (``_ARGMAX_PROBES``),
+and the whole vocabulary only when none passes; a top-k / min-p fallback stops as soon
+as every token it could keep is checked. Temperature or top-p alone needs the allowed
+set's whole mass: a full-vocabulary check (docs/performance.md, "Grammar cost").
+
+Never an abort: llama.cpp throws through its C API on a token its grammar refuses, so
+``advance`` checks first and raises ``ConstraintError``.
+
 This module is pure numpy; ``app/backends/llama/grammar.py`` implements the protocol with
-llama.cpp's grammar sampler.
+llama.cpp's grammar sampler, used only as an oracle (candidates in, refused ones marked
+-inf), and turns JSON schemas (bounded) and tool lists into its GBNF.
 """
 
 from __future__ import annotations

@@ -1,5 +1,20 @@
 """What the engine may copy from beyond the reply's own context: the text a regeneration
-replaces, the user's other chats. ``LookupDrafter`` looks here after the context."""
+replaces, the user's other chats. ``LookupDrafter`` looks here after the context.
+
+Copying repeats (``SpecConfig.copy_min``, ``COPY_MIN`` = 6 tokens when the user's "copy
+repeated text" is on) looks past the context at the token sequences the session
+collects: the reply a regeneration replaces (``ChatSession.reply(replaced=[old])``) and
+whatever a front end hands ``ChatSession.remember(texts)`` (earlier branches of an
+edited message, the user's other chats). They sit in one n-gram index, bounded
+(``app/session/chat.py`` gives ``COPY_SOURCE_TOKENS`` = 200,000 tokens; the oldest go
+first). Of a match in the context and one in the sources, the copy follows the one whose
+match reaches further back (``LookupDrafter.copy``, up to ``REACH_MOST`` tokens); a tie
+goes to the context, the conversation at hand. Where the two say different things, the
+other is a second copy a token tree may verify beside the first (``tree_round.py``).
+
+A copy costs no draft steps, so it is tried even in a round the policy plans as a plain
+step, and it is verified like any guess (one-hot q when sampled): lossless.
+"""
 
 from __future__ import annotations
 

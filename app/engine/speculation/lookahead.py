@@ -1,5 +1,5 @@
-"""Lookahead decoding: a drafter for a target with no draft model (docs/ARCHITECTURE.md,
-"Lookahead decoding"; Fu et al., "Break the Sequential Dependency of LLM Inference Using
+"""Lookahead decoding: a drafter for a target with no draft model (``--drafter lookahead``,
+``tandem bench --method lookahead``; Fu et al., "Break the Sequential Dependency of LLM Inference Using
 Lookahead Decoding", 2024; llama.cpp's ``examples/lookahead``).
 
 The target's verification batch also carries a **Jacobi window**: W columns of N - 1
@@ -11,18 +11,32 @@ is a new guess for the position after it. Each round the levels move up one (the
 Jacobi step: every guess keeps its absolute position while the root moves one on),
 the outputs become the last level, and each column read top to bottom, with its
 output, is an n-gram whose every token the target wrote after the ones before it.
-Those n-grams go into a pool keyed by their first token (``NgramPool``).
+Those n-grams go into a pool keyed by their first token (``NgramPool``), which keeps the
+latest ``POOL_PER_KEY`` distinct ones per first token.
 
 Drafting (``LookaheadDrafter.propose``) is then copying twice over: prompt lookup in
-the context, as ``LookupDrafter`` does, and the pool's n-grams that start with the
-context's last token. Every guess is verified like any draft (the pool's and the
-window's are deterministic: one-hot q), so the reply is the target's own: greedy,
-identical to the target alone; sampled, by the exact rejection rules.
+the context, as ``LookupDrafter`` does (matching at least two tokens), and the pool's
+n-grams that start with the context's last token, each continued through the pool up to
+the round's length; a copy, where there is one, comes first. With the window riding,
+the first line is the draft and the pool's other lines that differ are branches beside
+it, in the sequences the window leaves free (of ``TREE_BRANCHES`` = 8: ``WINDOW`` = 5
+for the window, 3 for guesses). Every guess is verified like any draft: the pool's and the window's are made
+from earlier rounds' rows, never the current round's, and are deterministic (one-hot q),
+so the reply is the target's own: greedy, identical to the target alone; sampled, by
+the exact rejection rules over siblings (``token_tree.py``). The walk may even keep
+window tokens, but only where the whole window fits what the reply may still write; the
+backend keeps the accepted path, one sequence after the round, as for every tree.
 
-The window costs W (N - 1) more tokens in every batch. On a GPU a wide batch costs
-about what a single token does; on a CPU it does not, so ``LookaheadPolicy`` measures
-what rounds with the window yield per second against rounds without, and stops
-carrying the window where it does not pay (``note`` says so), probing now and then.
+The window adds W (N - 1) - 1 = 14 tokens to every batch (``JacobiWindow.size``: its
+first cell is the round's own last token). On a GPU a wide batch costs about what a
+single token does; on a CPU it does not, so ``LookaheadPolicy`` measures what rounds
+with the window yield per second against rounds without, and stops carrying the window where it does not pay,
+probing now and then (its docstring has the schedule). The verdict is
+``Stats.lookahead_note`` ("lookahead does not pay here: ... tokens/s with its window,
+... without"); the bench prints it and puts it in its JSON (``lookahead``). Without the
+window the pool still drafts, from what it learnt. The window does not ride under a
+grammar or with logprobs (those follow one line of rows), on a target without trees, or
+where the context has no room for it (``SpeculativeEngine._window``).
 """
 
 from __future__ import annotations

@@ -8,6 +8,11 @@ probes and the first window cost a fifth of the speed under load). The machine's
 idle time answers for free: a probe up is worth its cost only while about a core's
 worth of the cores this process may run on sat idle.
 
+The draft's steps reach its chooser all at once after each draft, so two of its windows
+can end microseconds apart, too soon for /proc/stat to tell: such a look answers as the
+last one that could tell did, never "unknown" (which would allow a probe up onto a taken
+core).
+
 Only the CPUs in this process's affinity count (a container's cpuset). Where
 /proc/stat cannot be read (macOS, Windows) the answer is None and the chooser probes
 as it always did.

@@ -15,8 +15,18 @@ Two ways to make a target smaller, alone or together (``tandem make-draft``):
   no MTP layers at the end and no dense layers before MoE ones. Any other file is
   refused in one line saying why.
 
+By default (``default_variant``) a float or Q8_0 target gets ``DEFAULT_VARIANT``
+(Q4_K_M) and one already at 6 bits or fewer ``SMALL_TARGET_VARIANT`` (Q2_K). A plan
+carries an upper estimate of the file's size (``estimate_bytes``), checked against the
+free disk before a byte is written.
+
 This module plans only (pure Python, reads the validated header); the writing runs in a
-child process (``app.backends.draft_maker``).
+child process (``app.backends.draft_maker``, reached from the front ends through
+``app.session.drafting``). The result goes to the data folder's ``drafts/``, is
+validated and trial-loaded like any file, and is remembered per target
+(``app.storage.made_drafts``); the library lists that folder ("Made by Tandem") and the
+draft finder offers a target's own drafts first. The window runs it on a plain thread
+(``app.window.draft_task``).
 """
 
 from __future__ import annotations

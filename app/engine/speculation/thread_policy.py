@@ -45,6 +45,10 @@ machine that stays busy costs no probes up at all (issue 25 measured a fifth of 
 speed lost to them and to the first window), and one that gets quiet again is probed
 at the next scheduled look.
 
+The draft model has a chooser of its own; until it has judged a window of its own it
+follows the target's moves (``ThreadChooser.follow``), so a reply's first draft after
+plain replies runs at the count the target already found, not at the barrier's pace.
+
 Thread counts change only what llama.cpp's matrix products split between threads, not
 what they compute, so output is unchanged (tests/engine/test_thread_policy.py checks a
 reply whose threads change mid-way against one that keeps them). ``FIXED`` is the

@@ -1,5 +1,5 @@
 """A round's guesses as a tree, and how the target accepts a path through it
-(docs/ARCHITECTURE.md, "Token trees").
+(docs/ARCHITECTURE.md, "The speculative round"; ``tree_round.py`` builds the tree).
 
 Node 0 is the root: the last committed token, which the target has not cached yet.
 Every other node is a guess that follows its parent; a parent comes before its
@@ -9,8 +9,9 @@ the target's distribution after the path to node i.
 
 Acceptance walks down from the root:
 - greedy: go to the child whose token is the target's argmax; none: emit the argmax;
-- sampled: recursive rejection sampling over the siblings (SpecInfer, Miao et al.
-  2023): child i is kept with probability min(1, p_i(x_i) / q_i(x_i)); on rejection
+- sampled: recursive rejection sampling over the siblings (SpecInfer: Miao et al.,
+  "SpecInfer: Accelerating Generative LLM Serving with Tree-based Speculative
+  Inference and Verification", 2023, ASPLOS 2024): child i is kept with probability min(1, p_i(x_i) / q_i(x_i)); on rejection
   p_{i+1} = norm(max(0, p_i - q_i)) and the next sibling is judged against it; when
   every sibling is rejected the token is drawn from what is left. ``q_i`` is the
   distribution sibling i was drawn from *given the siblings before it*: q itself for
@@ -18,6 +19,21 @@ Acceptance walks down from the root:
   replacement, one-hot for a deterministic guess (a copy, a top-k candidate). With
   that q_i, each step is an ordinary rejection step whose target is p_i, so by
   induction from the last sibling back the emitted token is distributed as p.
+
+The three cases of q_i:
+- i.i.d. draws from q (SpecInfer's multi-step sampling): q_i = q;
+- draws without replacement (the draft model's second draw, so no sibling is wasted on
+  a repeat): q_i = q without the earlier siblings' tokens, renormalised (as in Jeon et
+  al., "Recursive Speculative Decoding", 2024);
+- deterministic guesses (a copy, the greedy runner-up, a top-k candidate): q_i is
+  one-hot, so the rule keeps x_i with probability p_i(x_i) and the residual is p_i
+  without it.
+Judging deterministic top-k branches by the draft's own q, as llama.cpp's
+``examples/speculative`` does, is biased; so is judging draws without replacement by q.
+tests/engine/test_token_tree.py shows all three exact (chi-square over 60,000 trees)
+and both mistakes caught. Whether a sibling exists may depend on the siblings drawn
+before it and on the draft's probabilities, never on the target: that keeps the
+argument intact.
 """
 
 from __future__ import annotations

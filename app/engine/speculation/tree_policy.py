@@ -1,5 +1,5 @@
-"""When a round's guess is a tree rather than a line (``draft_max="auto"``; docs/ARCHITECTURE.md,
-"Token trees").
+"""When a round's guess is a tree rather than a line (``draft_max="auto"``; how a tree is
+built: ``tree_round.py``; how it is accepted: ``token_tree.py``).
 
 A tree batch of n tokens costs what a chain verification of n tokens costs (the
 measured verify line of ``draft_costs.py``), so a branch is one more verified token:
@@ -21,6 +21,11 @@ today's costs are unchanged.
 b is learned from chain rounds too: greedy, a rejected draft token's runner-up is
 known afterwards (``Draft.runner_ups``), so the policy knows what a branch there would
 have done without paying for one.
+
+``SpecConfig.tree``: "auto" (the default) lets this policy decide per token; "on"
+branches below probability ``BRANCH_BELOW`` and forks every differing copy, with a
+fixed draft length too; "off" makes lines, as "auto" does with a fixed length. Where branches do not pay, auto makes
+lines and costs only a runner-up lookup per rejected round.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A speculative round whose guess is a tree (docs/ARCHITECTURE.md, "Token trees").
+"""A speculative round whose guess is a tree (docs/ARCHITECTURE.md, "The speculative round").
 
 The drafters make a line as always, and say where else the text might go: a second
 candidate beside an unsure draft token (``Draft.alternatives``), a second place to
@@ -7,6 +7,26 @@ those beside the line; the target verifies every node in one batch
 (``TreeBackend.evaluate_tree``), ``token_tree`` walks it, and the backend keeps the
 kept path as its one sequence. For the rest of the loop the round then looks like a
 line: the kept path, and after it the first candidate the target turned down.
+
+Branches come from two places: the draft model, where a token's probability is low (a
+second candidate beside it: greedy, the runner-up; sampled, a second draw from the
+draft's q without the first), and copying, where the context and a copy source match
+and then disagree (both copies, merged into a trie where they agree). A round has at
+most as many leaves as the target verifies sequences in one batch (``grows_trees``:
+the context's ``n_seq_max``, ``TREE_BRANCHES`` = 8 in ``app/engine/gguf/context_shape.py``);
+the auto policy adds at most ``TREE_SECONDS`` = 3 second candidates a round
+(``draft_policy.py``).
+
+In llama.cpp, each batch token carries the sequence ids of the leaves below it, and
+seq 0 is copied to each branch first; after acceptance the backend keeps one sequence
+again (``keep_branch``), so the round's invariants hold as for a line. The part of the
+kept path off the first chain sits in cells after the first chain's, where attention
+would sum the cache out of position order and move a quantised model's logits; so it
+leaves the cache and goes in again at the head of the next batch, and the logits stay
+bit for bit those of a line (tests/backends/test_tree_backend.py).
+
+Compare: ``tandem bench --draft-max auto --tree off,on`` runs lines, "auto", and trees,
+"auto tree=on", side by side on the same prompts.
 """
 
 from __future__ import annotations
