@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 import pytest
 
 # Session fixture: {arch: (target, draft)} of tiny recurrent and hybrid models.
-from recurrent_models import recurrent_pairs  # noqa: E402,F401
+from recurrent_models import recurrent_pairs  # noqa: F401
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -64,3 +65,32 @@ def gemma_files(tmp_path_factory):
     f16 = folder / "gemma-3-270m-f16.gguf"
     quantize(q4, f16, "F16")
     return f16, q4
+
+
+# The window tests' session-wide pieces (tests/window_fixtures.py has the per-test ones):
+# here, so that tests/ui, tests/window, tests/bridge and the lone files that build widgets
+# elsewhere share one of each per run.
+
+@pytest.fixture(scope="session")
+def check_caches(tmp_path_factory):
+    """Where the child-process checks' passes are kept between window tests
+    (``tandem_home`` in tests/window_fixtures.py copies them in and out)."""
+    return tmp_path_factory.mktemp("check-caches")
+
+
+@pytest.fixture(scope="session")
+def qasync_loop(qapp):
+    """qasync's loop as the running asyncio loop, driven by pytest-qt's event processing.
+
+    One for the session: stopping a qasync loop calls QApplication.exit(), which would
+    make every later QEventLoop (pytest-qt's waits) return at once.
+    """
+    import qasync
+
+    loop = qasync.QEventLoop(qapp, already_running=True)
+    asyncio.set_event_loop(loop)
+    yield loop
+    loop.stop()   # the session is over: QApplication.exit() no longer matters
+    loop.close()  # joins the loop's thread pool
+    asyncio.events._set_running_loop(None)
+    asyncio.set_event_loop(None)

@@ -1,5 +1,7 @@
 """The house has no circles: no module of ``app`` imports itself back through others,
-and the import contracts of pyproject.toml hold (the same check as ``lint-imports``)."""
+and the import contracts of pyproject.toml hold (the same check as ``lint-imports``).
+The tests mirror it: a folder of tests/ is a package of app/ (tests/engine/gguf for
+app/engine/gguf), or one of the few named below with its reason."""
 
 from __future__ import annotations
 
@@ -10,6 +12,14 @@ from pathlib import Path
 import grimp
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# The folders of tests/ that mirror no package of app/, each with its reason. The root of
+# tests/ itself holds the shared fixtures and helpers, the tests of app's top-level modules
+# (test_worker_hello.py, test_vocabulary.py) and the whole-app ones (tests/README.md).
+NOT_APP_FOLDERS = {
+    "installers": "the installers' tests: tests/installers mirrors installers/",
+    "tools": "the tools' tests (not product parts, but their figures are quoted): mirrors tools/",
+}
 
 
 def import_cycles(graph) -> list[list[str]]:
@@ -90,3 +100,45 @@ def test_every_contract_checks_indirect_imports_too():
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]
     assert config["exclude_type_checking_imports"] is True  # annotations only do not count
     assert not [c["name"] for c in config["contracts"] if "allow_indirect_imports" in c]
+
+
+def unmirrored_folders(tests: Path, app: Path, allowed: dict[str, str]) -> list[str]:
+    """What is wrong with the folders of ``tests`` that hold Python files: one that is not
+    a package (two test files of one name in two folders would clash in pytest), one that
+    mirrors no package of ``app`` and is not ``allowed``. A folder without Python files is
+    a test's data (tests/engine/prompting/tool_templates) and travels with its test."""
+    wrong = []
+    for folder in sorted(path for path in tests.rglob("*") if path.is_dir()):
+        parts = folder.relative_to(tests).parts
+        if "__pycache__" in parts or any(part.startswith(".") for part in parts) or not any(folder.glob("*.py")):
+            continue
+        name = "/".join(parts)
+        if not (folder / "__init__.py").is_file():
+            wrong.append(f"tests/{name}: no __init__.py")
+        if name not in allowed and not (app / name / "__init__.py").is_file():
+            wrong.append(f"tests/{name}: app/{name} is no package (a test of app/X/... lives in tests/X/...)")
+    return wrong
+
+
+def test_the_tests_mirror_the_packages_of_app():
+    assert unmirrored_folders(ROOT / "tests", ROOT / "app", NOT_APP_FOLDERS) == []
+    assert [name for name in NOT_APP_FOLDERS if not (ROOT / "tests" / name).is_dir()] == [], "a stale exception"
+
+
+def test_the_mirror_check_finds_a_stray_folder(tmp_path):
+    app, tests = tmp_path / "app", tmp_path / "tests"
+    for package in ("engine", "engine/gguf"):
+        (app / package).mkdir(parents=True)
+        (app / package / "__init__.py").touch()
+    for name in ("engine/__init__.py", "engine/gguf/__init__.py", "engine/gguf/test_meta.py",
+                 "engine/gguf/data/model.json",                        # data: no rule
+                 "misc/test_misc.py",                                  # no package, and no app/misc
+                 "engine/lonely/__init__.py", "engine/lonely/test_lonely.py",  # no app/engine/lonely
+                 "helpers/__init__.py", "helpers/fakes.py"):           # allowed below
+        (tests / name).parent.mkdir(parents=True, exist_ok=True)
+        (tests / name).touch()
+    assert unmirrored_folders(tests, app, {"helpers": "shared"}) == [
+        "tests/engine/lonely: app/engine/lonely is no package (a test of app/X/... lives in tests/X/...)",
+        "tests/misc: no __init__.py",
+        "tests/misc: app/misc is no package (a test of app/X/... lives in tests/X/...)",
+    ]

@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import socket
 import struct
-import sys
 import threading
-from pathlib import Path
 
 import pytest
 
 from app import worker_hello
 from app.backends.llama import rpc
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rpc_workers import free_port, workers  # noqa: E402
+from rpc_workers import free_port, workers
 
 pytestmark = pytest.mark.skipif(not rpc.available(), reason="this llama.cpp build has no RPC backend")
 

@@ -22,8 +22,7 @@ from app.engine.types import SamplingConfig, SpecConfig
 from app.storage import made_drafts, paths
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "engine"))
-from test_self_draft import write_model  # noqa: E402
+from engine.speculation.test_self_draft import write_model  # noqa: E402
 
 GREEDY = SamplingConfig(temperature=0.0, ignore_eos=True)
 PROMPTS = ["Explain how a hash map works.", "Write a haiku about autumn."]

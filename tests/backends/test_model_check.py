@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import os
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from hostile_models import CASES, write_model  # noqa: E402
+from hostile_models import CASES, write_model
 
-from app.backends.model_check import check_model, last_words, run_trial_child  # noqa: E402
-from app.engine.errors import ModelFileError  # noqa: E402
+from app.backends.model_check import check_model, last_words, run_trial_child
+from app.engine.errors import ModelFileError
 
 
 @pytest.fixture

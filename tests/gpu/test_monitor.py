@@ -6,7 +6,7 @@ import sys
 
 import pynvml
 import pytest
-from fake_nvml import GIB, FakeGpu, FakeNvml, two_gpus
+from .fake_nvml import GIB, FakeGpu, FakeNvml, two_gpus
 
 from app.gpu.monitor import (
     NO_GPU_MESSAGE,

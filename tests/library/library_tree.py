@@ -7,11 +7,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "engine"))
-from gguf_factory import make_tokens, write_vocab_gguf  # noqa: E402
+from gguf_factory import make_tokens, write_vocab_gguf  # tests/gguf_factory.py
 
 TOKENS = make_tokens(64)
 

@@ -6,20 +6,18 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import threading
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from library_tree import build_folder, build_home, hub_file, model, ollama_blob  # noqa: E402
+from .library_tree import build_folder, build_home, hub_file, model, ollama_blob
 
-from app.library.cache import load_cache  # noqa: E402
-from app.library.drafts import compatible_drafts, find_drafts  # noqa: E402
-from app.library.entries import parameters_shown, quantisation_in_name  # noqa: E402
-from app.library.locations import FOLDER, HUGGING_FACE, LM_STUDIO, OLLAMA, Location  # noqa: E402
-from app.library.scan import library_locations, scan_library  # noqa: E402
+from app.library.cache import load_cache
+from app.library.drafts import compatible_drafts, find_drafts
+from app.library.entries import parameters_shown, quantisation_in_name
+from app.library.locations import FOLDER, HUGGING_FACE, LM_STUDIO, OLLAMA, Location
+from app.library.scan import library_locations, scan_library
 
 @pytest.fixture
 def home(tmp_path: Path) -> Path:

@@ -6,7 +6,7 @@ The 135M demo model calls badly on its own, so the loop names the function
 (``tool_choice``), at temperature 0: the reply must be a call, and is the same each time.
 Its template (ChatML) knows no tools, so this is also Tandem's own tool prompt at work.
 With two tools and a forced name it leaves a brace out, a malformed call that comes
-back as text (``tests/engine/test_tool_templates.py`` reads such replies).
+back as text (``tests/engine/prompting/test_tool_templates.py`` reads such replies).
 """
 
 from __future__ import annotations

@@ -17,7 +17,6 @@ from app.session.fit import (FitError, Machine, describe, estimate_for, gpu_laye
                              plan_files, read_machine, refusal)
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
 GiB = 1 << 30
 RAM = 64 * GiB
 

@@ -1,19 +1,16 @@
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import pynvml
 import pytest
 from PySide6.QtWidgets import QProgressBar
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))  # the shared fake NVML
-from fake_nvml import two_gpus  # noqa: E402
+from gpu.fake_nvml import two_gpus  # the shared fake NVML
 
-from app.bridge.gpu_poller import GpuPoller  # noqa: E402
-from app.gpu.monitor import NO_GPU_MESSAGE, GpuMonitor  # noqa: E402
-from app.ui.gpu_panel import GpuPanel  # noqa: E402
+from app.bridge.gpu_poller import GpuPoller
+from app.gpu.monitor import NO_GPU_MESSAGE, GpuMonitor
+from app.ui.gpu_panel import GpuPanel
 
 
 def _nvml_works() -> bool:

@@ -4,18 +4,14 @@ one click sets the pair and "Check speculation" is offered."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 from PySide6.QtCore import Qt
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "library"))
-from library_tree import build_folder, build_home  # noqa: E402
+from library.library_tree import build_folder, build_home
 
-from app.library.drafts import find_drafts  # noqa: E402
-from app.library.scan import library_locations, scan_library  # noqa: E402
-from app.ui.library_dialog import LibraryDialog  # noqa: E402
+from app.library.drafts import find_drafts
+from app.library.scan import library_locations, scan_library
+from app.ui.library_dialog import LibraryDialog
 
 TARGET = "bigco/Big-7B-GGUF/Big-7B-Q8_0.gguf"
 
