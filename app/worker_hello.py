@@ -20,7 +20,7 @@ from app.engine.errors import EngineError
 
 # RPC_PROTO_{MAJOR,MINOR,PATCH}_VERSION of the vendored ggml-rpc.h (llama-cpp-python
 # 0.3.36). The client refuses a server whose major differs or whose minor is newer, and
-# so does check_worker. tests/backends/test_rpc.py asks a worker of this build for its
+# so does check_worker. tests/backends/llama/test_rpc.py asks a worker of this build for its
 # version, so an upgrade that changes it cannot go unnoticed.
 PROTOCOL = (7, 0, 0)
 HELLO = 14                 # RPC_CMD_HELLO, fixed across versions ("must be always 14")

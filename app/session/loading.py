@@ -25,7 +25,7 @@ def chat_format_names() -> tuple[str, ...]:
     """llama.cpp's built-in chat formats, by name (for a front end to offer). Asked where
     llama.cpp is: the engine process says them in its ``Ready`` (``app.session.protocol``),
     the in-process engine client calls this."""
-    from app.backends.llama_cpp_backend import chat_format_names as names
+    from app.backends.llama.builtin_chat_formats import chat_format_names as names
 
     return names()
 

@@ -11,6 +11,17 @@ state short, except over the last batch's few tokens llama.cpp keeps snapshots o
 (``n_rs_seq``, on some architectures). Everywhere else ``trim`` restores a saved
 state (``state_checkpoints.py``) and decodes the kept tokens again, or decodes from
 the start: it is exact on every memory, or it raises. Such a model has no trees.
+
+Token trees: the context is made with ``n_seq_max = TREE_BRANCHES`` (8,
+app/engine/gguf/context_shape.py) and ``kv_unified``; without it, coupled sequences fail
+with "sequential split is not supported". Sequence 0 is copied to each branch first
+(``llama_memory_seq_cp``, which only tags cells); each batch token carries the sequence
+ids of the leaves below it. After acceptance ``keep_branch`` (``seq_keep(0)``, ``seq_rm``)
+leaves one sequence again; the part of the kept path off the first chain leaves the cache
+and goes in again at the head of the next batch, so the logits stay those of a line
+(tests/backends/llama/test_tree_backend.py).
+
+Threads: ``set_threads`` calls ``llama_set_n_threads``; it takes effect at the next decode.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@ messages rendered in one of them (``llama_chat_apply_template``).
 
 A model whose own template cannot be used is prompted in one of these
 (``app.engine.prompting.chat_formats`` decides which); the list is llama.cpp's, so it is
-asked for, not copied, and a build that adds a format is offered it.
+asked for, not copied, and a build that adds a format is offered it. Rendering needs no
+model; NULs in contents travel as a marker, since llama.cpp's messages are C strings.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ Costs are noisy, so speculation is switched off only after the model has said
 plain is clearly faster (``CLEAR_LEAD``: by a tenth or more), that verdict may come
 after half the warm-up, so a draft that does not pay stops four rounds sooner; where
 speculation pays, nothing changes. Neither the votes nor the probes were cut further:
-on the recorded trace (tests/engine/policy_trace.json) two votes instead of four kept a
+on the recorded trace (tests/engine/speculation/policy_trace.json) two votes instead of four kept a
 recovered draft off for 12 more of 420 rounds, and spacing probes out kept it off
 for good, because probes' draft steps are what refresh the draft's cost estimate (a
 median of the last 62). (Every decision here only sets how much is drafted: the output

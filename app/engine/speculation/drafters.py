@@ -5,6 +5,9 @@ copies what followed the latest earlier occurrence of the last few tokens
 (prompt lookup), which pays off when answers quote their prompt (code edits,
 summaries, RAG). With a draft model the engine uses a stricter lookup first
 (``SpecConfig.copy_min`` tokens must match) and drafts only where nothing repeats.
+
+Both implement the one ``Drafter`` interface (``drafter_interface.py``), as do
+lookahead (``lookahead.py``) and a draft of another vocabulary (``text_bridge.py``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,14 @@
-"""The speculative loop: draft -> verify -> accept -> roll back (docs/ARCHITECTURE.md,
-"The speculative round").
+"""The speculative loop: draft -> verify -> accept -> roll back -> account
+(docs/ARCHITECTURE.md, "The speculative round").
+
+One round (``_run``): draft (``_draft``: a copy where the last ``copy_min`` tokens
+repeat, else the drafter's proposal, as the draft policy plans) -> verify (``_verify``:
+one target batch, logits at k + 1 positions) -> accept (``_accept``: ``sampling.py``;
+trees through ``token_tree.py``) -> roll back (the target trimmed to the committed
+tokens; the drafter forgets the rest) -> account (``_account``: the stats, the policy,
+the thread chooser, and the drafter's own ``observe``). The loop speaks to every drafter
+through one interface (``drafter_interface.py``) and never asks which kind it holds: a
+new drafter implements the interface and needs no edit here.
 
 Invariants, checked below:
 - before a round the target's cache holds every committed token but the last;

@@ -50,7 +50,7 @@ follows the target's moves (``ThreadChooser.follow``), so a reply's first draft 
 plain replies runs at the count the target already found, not at the barrier's pace.
 
 Thread counts change only what llama.cpp's matrix products split between threads, not
-what they compute, so output is unchanged (tests/engine/test_thread_policy.py checks a
+what they compute, so output is unchanged (tests/engine/speculation/test_thread_policy.py checks a
 reply whose threads change mid-way against one that keeps them). ``FIXED`` is the
 policy for an explicit thread count: it observes nothing and changes nothing.
 """

@@ -30,7 +30,7 @@ The three cases of q_i:
   without it.
 Judging deterministic top-k branches by the draft's own q, as llama.cpp's
 ``examples/speculative`` does, is biased; so is judging draws without replacement by q.
-tests/engine/test_token_tree.py shows all three exact (chi-square over 60,000 trees)
+tests/engine/speculation/test_token_tree.py shows all three exact (chi-square over 60,000 trees)
 and both mistakes caught. Whether a sibling exists may depend on the siblings drawn
 before it and on the draft's probabilities, never on the target: that keeps the
 argument intact.

@@ -23,7 +23,7 @@ again (``keep_branch``), so the round's invariants hold as for a line. The part 
 kept path off the first chain sits in cells after the first chain's, where attention
 would sum the cache out of position order and move a quantised model's logits; so it
 leaves the cache and goes in again at the head of the next batch, and the logits stay
-bit for bit those of a line (tests/backends/test_tree_backend.py).
+bit for bit those of a line (tests/backends/llama/test_tree_backend.py).
 
 Compare: ``tandem bench --draft-max auto --tree off,on`` runs lines, "auto", and trees,
 "auto tree=on", side by side on the same prompts.
