@@ -275,6 +275,8 @@ def test_changing_threads_mid_reply_keeps_the_reply(q41_target, q40_draft):
         """Switches each model's threads every few steps, as a busy machine would make
         the chooser do."""
 
+        reads_target_cpu = reads_draft_cpu = True  # as a chooser that reads CPU time
+
         def __init__(self):
             self.steps = 0
             self.seen = set()
