@@ -70,9 +70,7 @@ def import_cycles(graph) -> list[list[str]]:
 
 
 def test_the_import_graph_of_app_has_no_cycle():
-    # As lint-imports counts them (pyproject.toml): an import under TYPE_CHECKING names a
-    # type for an annotation and runs nothing, so it closes no cycle.
-    graph = grimp.build_graph("app", exclude_type_checking_imports=True)
+    graph = grimp.build_graph("app")
     assert import_cycles(graph) == []
 
 

@@ -41,7 +41,7 @@ from typing import Callable, NamedTuple, Protocol, Sequence
 
 from app.engine.speculation.acceptance import CONFIDENCE_BANDS, ConfidenceAcceptance, PositionAcceptance, band_of
 from app.engine.speculation.draft_costs import RoundCosts
-from app.engine.speculation.drafter_interface import Draft
+from app.engine.speculation.draft import Draft
 from app.engine.speculation.token_tree import TokenTree
 from app.engine.speculation.tree_policy import BRANCH_BELOW, BranchPolicy
 from app.engine.types import SpecConfig

@@ -21,7 +21,8 @@ import numpy as np
 from app.engine.backend import ModelBackend, borrow_rows
 from app.engine.speculation.constraints import Constraint, ConstraintError, constrained_argmax, constrained_dist, trim_to_constraint
 from app.engine.speculation.copy_sources import CopySources
-from app.engine.speculation.drafter_interface import Draft, DrafterDefaults
+from app.engine.speculation.draft import Draft
+from app.engine.speculation.drafter_interface import DrafterDefaults
 from app.engine.speculation.peak import peak
 from app.engine.speculation.sampling import runner_up, softmax_prob, warp_dist
 from app.engine.speculation.sparse_dist import Dist

@@ -49,7 +49,8 @@ from typing import Callable, Literal, Sequence
 import numpy as np
 
 from app.engine.speculation.constraints import Constraint
-from app.engine.speculation.drafter_interface import Draft, DrafterDefaults, RoundOutcome
+from app.engine.speculation.draft import Draft
+from app.engine.speculation.drafter_interface import DrafterDefaults, RoundOutcome
 from app.engine.speculation.drafters import LookupDrafter
 from app.engine.speculation.probes import ProbeBackoff, rate
 from app.engine.speculation.token_tree import TokenTree

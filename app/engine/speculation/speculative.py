@@ -84,7 +84,8 @@ from app.engine.speculation.copy_sources import CopySources
 from app.engine.speculation.detokenize import StreamingDetokenizer, token_display_text
 from app.engine.speculation.draft_costs import RecentCost
 from app.engine.speculation.draft_policy import AutoDraftLength, DraftPolicy, RoundPlan, draft_policy
-from app.engine.speculation.drafter_interface import Draft, Drafter, DrafterDefaults, Rider, RoundOutcome
+from app.engine.speculation.draft import Draft
+from app.engine.speculation.drafter_interface import Drafter, DrafterDefaults, Rider, RoundOutcome
 from app.engine.speculation.drafters import LookupDrafter, common_prefix, constrained_draft
 from app.engine.speculation.target_rows import TargetRows
 from app.engine.speculation.thread_policy import threads_for

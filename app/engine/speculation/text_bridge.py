@@ -42,7 +42,8 @@ import numpy as np
 
 from app.engine.backend import ModelBackend
 from app.engine.speculation.constraints import Constraint
-from app.engine.speculation.drafter_interface import Draft, DrafterDefaults, RoundOutcome
+from app.engine.speculation.draft import Draft
+from app.engine.speculation.drafter_interface import DrafterDefaults, RoundOutcome
 from app.engine.speculation.drafters import LookupDrafter, ModelDrafter, common_prefix
 from app.engine.speculation.probes import ProbeBackoff, rate
 from app.engine.types import DrafterKind, SamplingConfig, Stats

@@ -34,7 +34,7 @@ from typing import Callable
 
 from app.engine.speculation.acceptance import ConfidenceAcceptance, band_of
 from app.engine.speculation.draft_costs import RecentCost
-from app.engine.speculation.drafter_interface import Draft
+from app.engine.speculation.draft import Draft
 from app.engine.speculation.token_tree import TokenTree
 
 SECOND_PRIOR = 0.5      # the chance a runner-up is the target's token where the draft's was not, untested

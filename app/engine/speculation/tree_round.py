@@ -37,7 +37,7 @@ from typing import Callable
 import numpy as np
 
 from app.engine.backend import ModelBackend
-from app.engine.speculation.drafter_interface import Draft
+from app.engine.speculation.draft import Draft
 from app.engine.speculation.sampling import warp_dist
 from app.engine.speculation.target_rows import row_argmax
 from app.engine.speculation.token_tree import TokenTree, accept_greedy, accept_sampled

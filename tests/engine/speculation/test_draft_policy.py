@@ -8,7 +8,7 @@ from app.engine.speculation.acceptance import CONFIDENCE_BANDS
 from app.engine.speculation.draft_costs import COST_WINDOW
 from app.engine.speculation.draft_policy import (AUTO_MAX, OFF_AFTER, PROBE_EVERY, WARMUP_ROUNDS, AutoDraftLength,
                                      FixedDraftLength, draft_policy)
-from app.engine.speculation.drafter_interface import Draft
+from app.engine.speculation.draft import Draft
 from app.engine.speculation.drafters import ModelDrafter
 from app.engine.speculation.speculative import SpeculativeEngine
 from app.engine.types import SamplingConfig, SpecConfig

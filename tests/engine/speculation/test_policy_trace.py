@@ -30,7 +30,7 @@ from app.engine.speculation import drafters
 
 from app.engine.speculation import speculative
 from app.engine.speculation.draft_policy import AutoDraftLength
-from app.engine.speculation.drafter_interface import Draft
+from app.engine.speculation.draft import Draft
 from app.engine.speculation.drafters import ModelDrafter
 from app.engine.speculation.speculative import SpeculativeEngine
 from app.engine.types import SamplingConfig, SpecConfig

@@ -11,7 +11,8 @@ import textwrap
 import numpy as np
 
 from app.engine.speculation import speculative
-from app.engine.speculation.drafter_interface import Draft, DrafterDefaults, RoundOutcome
+from app.engine.speculation.draft import Draft
+from app.engine.speculation.drafter_interface import DrafterDefaults, RoundOutcome
 from app.engine.speculation.lookahead import LookaheadRound
 from app.engine.speculation.speculative import SpeculativeEngine
 from app.engine.speculation.token_tree import TokenTree
