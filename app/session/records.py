@@ -55,10 +55,13 @@ def events_from_records(records: Any, text: Any) -> list[TokenEvent]:
 
 
 def stats_to_record(stats: Stats | None) -> dict[str, Any]:
-    """The derived figures (for exports and readers) plus the raw counters (to rebuild ``Stats``)."""
+    """The derived figures (for exports and readers) plus the raw counters (to rebuild ``Stats``).
+
+    The raw values win where a name is both: ``to_dict`` rounds ``seconds``, and a reply
+    read back must show the very figures it showed live (63.5 tok/s, not 63.6)."""
     if stats is None:
         return {}
-    return {**dataclasses.asdict(stats), **stats.to_dict()}
+    return {**stats.to_dict(), **dataclasses.asdict(stats)}
 
 
 def stats_from_record(record: Any) -> Stats | None:

@@ -70,6 +70,15 @@ def test_stats_come_back_field_by_field_and_wrong_types_are_left_out():
     assert stats_from_record({"tokens": "many"}) is None and stats_from_record(7) is None
 
 
+def test_stored_timings_are_not_rounded_so_a_restored_reply_shows_the_same_rate():
+    # Found by CI: a reply read 63.5 tok/s live and 63.6 once restored, because the record
+    # kept the exported seconds (rounded to 4 places) over the raw ones.
+    stats = Stats(tokens=20, seconds=0.31472431, draft_seconds=0.123456789, target_seconds=0.98765432)
+    back = stats_from_record(stats_to_record(stats))
+    assert back.seconds == stats.seconds and back.draft_seconds == stats.draft_seconds
+    assert f"{back.tokens_per_second:.1f}" == f"{stats.tokens_per_second:.1f}"
+
+
 def test_a_stored_error_and_status_read_back_defensively():
     assert error_from_record({"error": "boom"}) == "boom" and error_from_record({"error": 3}) == "3"
     assert error_from_record({}) is None and error_from_record("x") is None
