@@ -61,6 +61,9 @@ class Shape:
     ssm_groups: int = 1      # Mamba-2 groups of B and C; Qwen 3.5's key heads (dividing its value heads)
     logit_std: float = 3.0   # spread of the logits over the vocabulary
     mixer_gain: float = 1.5  # a mixer's output against the token embedding in the residual
+    ffn_gain: float = 1.0    # a feed-forward block's output, likewise
+    nextn: int = 0           # MTP ("NextN") blocks after the trunk, for the architectures that have them
+    head_noise: float = 0.6  # how far an MTP head strays from the trunk's own guess (0: a copy)
 
     def __post_init__(self) -> None:
         # What llama.cpp asserts of these sizes (at load or at the first decode), said first.
@@ -130,12 +133,14 @@ def _attention(s: Shape, i: int, *, q_mult: int = 1, norms: bool = False) -> lis
     return out
 
 
-def _ffn(s: Shape, i: int, *, gate: bool = True, norm: str | None = "ffn_norm.weight") -> list[Tensor]:
+def _ffn(s: Shape, i: int, *, gate: bool = True, norm: str | None = "ffn_norm.weight",
+         gain: float | None = None) -> list[Tensor]:
+    """A feed-forward block whose output joins the residual at ``gain`` (default ``ffn_gain``)."""
     out = [Tensor(f"blk.{i}.{norm}", (s.n_embd,), "ones")] if norm else []
     if gate:
         out.append(Tensor(f"blk.{i}.ffn_gate.weight", (s.n_embd, s.n_ff), "matrix"))
     return out + [Tensor(f"blk.{i}.ffn_up.weight", (s.n_embd, s.n_ff), "matrix"),
-                  Tensor(f"blk.{i}.ffn_down.weight", (s.n_ff, s.n_embd), "matrix")]
+                  Tensor(f"blk.{i}.ffn_down.weight", (s.n_ff, s.n_embd), "matrix", s.ffn_gain if gain is None else gain)]
 
 
 def _mamba1(s: Shape, i: int, *, bc_norms: bool = False) -> list[Tensor]:
@@ -178,13 +183,33 @@ def _ssm_keys(s: Shape, *, d_inner: int, dt_rank: int, groups: int | None = None
 
 
 def _base_keys(s: Shape, **more: Any) -> dict[str, Any]:
-    return {"context_length": s.n_ctx, "embedding_length": s.n_embd, "block_count": s.n_layer,
-            "attention.layer_norm_rms_epsilon": 1e-5, **more}
+    # An MTP block counts in block_count; nextn_predict_layers says how many of the last are heads.
+    nextn = {"nextn_predict_layers": s.nextn} if s.nextn else {}
+    return {"context_length": s.n_ctx, "embedding_length": s.n_embd, "block_count": s.n_layer + s.nextn,
+            "attention.layer_norm_rms_epsilon": 1e-5, **nextn, **more}
 
 
 def _kv_heads(s: Shape, attends: Callable[[int], bool]) -> list[int]:
     """Per layer: llama.cpp's hybrids mark a recurrent layer by 0 KV heads."""
     return [s.n_head_kv if attends(i) else 0 for i in range(s.n_layer)]
+
+
+def _nextn(s: Shape, i: int, *, post_norm: str = "post_attention_norm.weight") -> list[Tensor]:
+    """One MTP block at index ``i`` (past the trunk), as a Qwen 3.5 or GLM head reads it:
+    the next token's embedding and the trunk's last hidden row, normed, concatenated and
+    projected back (``eh_proj``), then a full-attention block and the shared output.
+
+    A random head never agrees with a random trunk. This one is built to agree part of
+    the time: ``eh_proj`` passes the token's embedding through (its identity half) and the
+    block's own mixers are small, so the head guesses what the trunk's output matrix makes
+    of that token alone; the trunk adds its context on top, and ``head_noise`` blurs the
+    copy. Acceptance lands between the two ends, which is what rejection sampling tests need."""
+    return [Tensor(f"blk.{i}.nextn.eh_proj.weight", (2 * s.n_embd, s.n_embd), "eh_proj", s.head_noise),
+            Tensor(f"blk.{i}.nextn.enorm.weight", (s.n_embd,), "ones"),
+            Tensor(f"blk.{i}.nextn.hnorm.weight", (s.n_embd,), "ones"),
+            Tensor(f"blk.{i}.nextn.shared_head_norm.weight", (s.n_embd,), "ones"),
+            Tensor(f"blk.{i}.attn_norm.weight", (s.n_embd,), "ones"),
+            Tensor(f"blk.{i}.{post_norm}", (s.n_embd,), "ones")]
 
 
 def _is_attention(i: int) -> bool:
@@ -267,6 +292,9 @@ def _qwen35(s: Shape) -> tuple[dict[str, Any], list[Tensor]]:
                         Tensor(f"blk.{i}.ssm_norm.weight", (s.d_state,), "ones"),
                         Tensor(f"blk.{i}.ssm_out.weight", (value_dim, s.n_embd), "matrix", s.mixer_gain)]
         tensors += _ffn(s, i, norm=None)
+    quiet = replace(s, mixer_gain=s.mixer_gain * s.head_noise / 4)  # the head's block barely moves it
+    for i in range(s.n_layer, s.n_layer + s.nextn):
+        tensors += _nextn(s, i) + _attention(quiet, i, q_mult=2, norms=True) + _ffn(s, i, norm=None, gain=quiet.mixer_gain)
     _common(s, tensors)
     rot = s.head_dim
     sections = [rot // 2 - 2 * (rot // 6), rot // 6, rot // 6, 0]  # multimodal RoPE: text uses all
@@ -275,6 +303,35 @@ def _qwen35(s: Shape) -> tuple[dict[str, Any], list[Tensor]]:
         "attention.key_length": s.head_dim, "attention.value_length": s.head_dim,
         "rope.dimension_count": rot, "rope.dimension_sections": sections,
         **_ssm_keys(s, d_inner=value_dim, dt_rank=v_heads, groups=k_heads)})
+    return keys, tensors
+
+
+def _glm4_moe(s: Shape) -> tuple[dict[str, Any], list[Tensor]]:
+    # GLM-4.5: attention only, dense feed-forward in the leading blocks and experts after;
+    # here every trunk block is dense and only the MTP head routes (llama.cpp's GLM head
+    # must: its graph asserts a router), with one shared expert beside its routed ones.
+    experts, ff_exp = 4, s.n_ff // 2
+    tensors: list[Tensor] = []
+    for i in range(s.n_layer):
+        tensors += [Tensor(f"blk.{i}.attn_norm.weight", (s.n_embd,), "ones"), *_attention(s, i),
+                    Tensor(f"blk.{i}.post_attention_norm.weight", (s.n_embd,), "ones"), *_ffn(s, i, norm=None)]
+    quiet = s.mixer_gain * s.head_noise / 4
+    for i in range(s.n_layer, s.n_layer + s.nextn):
+        tensors += _nextn(s, i) + _attention(replace(s, mixer_gain=quiet), i)
+        tensors += [Tensor(f"blk.{i}.ffn_gate_inp.weight", (s.n_embd, experts), "router"),
+                    Tensor(f"blk.{i}.exp_probs_b.bias", (experts,), "zeros"),
+                    Tensor(f"blk.{i}.ffn_gate_exps.weight", (s.n_embd, ff_exp, experts), "matrix"),
+                    Tensor(f"blk.{i}.ffn_up_exps.weight", (s.n_embd, ff_exp, experts), "matrix"),
+                    Tensor(f"blk.{i}.ffn_down_exps.weight", (ff_exp, s.n_embd, experts), "matrix", quiet),
+                    Tensor(f"blk.{i}.ffn_gate_shexp.weight", (s.n_embd, ff_exp), "matrix"),
+                    Tensor(f"blk.{i}.ffn_up_shexp.weight", (s.n_embd, ff_exp), "matrix"),
+                    Tensor(f"blk.{i}.ffn_down_shexp.weight", (ff_exp, s.n_embd), "matrix", quiet)]
+    _common(s, tensors)
+    keys = _base_keys(s, feed_forward_length=s.n_ff, expert_feed_forward_length=ff_exp, expert_count=experts,
+                      expert_used_count=2, expert_shared_count=1, leading_dense_block_count=s.n_layer,
+                      expert_weights_scale=1.0, expert_weights_norm=True, **{
+                          "attention.head_count": s.n_head, "attention.head_count_kv": s.n_head_kv,
+                          "rope.dimension_count": s.head_dim})
     return keys, tensors
 
 
@@ -346,6 +403,12 @@ ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in (
     Architecture("falcon-h1", "hybrid", False, _falcon_h1, "Falcon-H1: attention and Mamba-2 in every layer"),
 )}
 
+# Architectures whose files may carry MTP heads (``nextn``) but keep no recurrent state:
+# written by the same code, kept apart so that the recurrent fixtures stay recurrent.
+ATTENTION_ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in (
+    Architecture("glm4moe", "attention", True, _glm4_moe, "GLM-4.5: attention, an MTP head with experts"),
+)}
+
 
 # -- writing ---------------------------------------------------------------------------
 
@@ -361,15 +424,16 @@ def write_recurrent_model(path: str | Path, arch: str, *, vocab_from: str | Path
     (fields of :class:`Shape`); returns the path."""
     import gguf
 
-    if arch not in ARCHITECTURES:
-        raise ValueError(f"unknown architecture {arch!r}; one of {', '.join(ARCHITECTURES)}")
+    known = {**ARCHITECTURES, **ATTENTION_ARCHITECTURES}
+    if arch not in known:
+        raise ValueError(f"unknown architecture {arch!r}; one of {', '.join(known)}")
     if ftype not in TARGET_TYPES:
         raise ValueError(f"ftype must be one of {', '.join(TARGET_TYPES)}, not {ftype!r}")
     s = Shape(**shape)
-    if ARCHITECTURES[arch].memory == "hybrid" and s.n_layer < ATTENTION_INTERVAL:
+    if known[arch].memory == "hybrid" and s.n_layer < ATTENTION_INTERVAL:
         raise ValueError(f"a hybrid needs at least {ATTENTION_INTERVAL} layers (layer "
                          f"{ATTENTION_INTERVAL - 1} attends), not {s.n_layer}")
-    keys, tensors = ARCHITECTURES[arch].build(s)
+    keys, tensors = known[arch].build(s)
     path = Path(path)
     tokenizer = _tokenizer_fields(Path(vocab_from))
     n_vocab = len(tokenizer["tokenizer.ggml.tokens"][0])
@@ -477,8 +541,13 @@ def _fill(rng: np.random.Generator, t: Tensor, ne: tuple[int, ...], s: Shape) ->
         return rng.standard_normal(size)
     if t.init == "output":  # RMS-normalised hidden state (entries ~1) -> logits of std logit_std
         return rng.standard_normal(size) * (s.logit_std / math.sqrt(ne[0]))
-    if t.init == "matrix":  # keeps a unit-RMS input at unit RMS, times the gain
+    if t.init in ("matrix", "router"):  # keeps a unit-RMS input at unit RMS, times the gain
         return rng.standard_normal(size) * (t.gain / math.sqrt(ne[0]))
+    if t.init == "eh_proj":  # [embedding | hidden] -> n_embd: the embedding through, blurred by gain
+        out_dim, in_dim = ne[1], ne[0]
+        w = rng.standard_normal((out_dim, in_dim)) * (t.gain / math.sqrt(in_dim))
+        w[:, :out_dim] += np.eye(out_dim)
+        return w.reshape(-1)
     if t.init == "conv":  # a causal smoothing window with random signs
         return rng.standard_normal(size) * (1.0 / math.sqrt(ne[0]))
     if t.init == "dt_bias":
