@@ -38,6 +38,7 @@ class DrafterKind(enum.StrEnum):
     MODEL = "model"    # a small draft model
     LOOKUP = "lookup"  # prompt lookup: copies from the context, no model
     LOOKAHEAD = "lookahead"  # lookahead decoding: the target's own n-gram pool, and copies, no model
+    MTP = "mtp"        # the target's own MTP (nextn) head, shipped in its file
     NONE = "none"      # no speculation
 
 

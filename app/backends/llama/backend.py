@@ -38,6 +38,7 @@ import numpy as np
 from app.backends.llama import log_capture, rpc
 from app.backends.llama.backend_error import BackendError
 from app.backends.llama.log_capture import last_error
+from app.backends.llama.mtp_head import HiddenRows, MtpHead, hidden_rows_on, read_hidden
 from app.backends.llama.process_setup import default_threads, ensure_initialised
 from app.backends.llama.state_checkpoints import KEEP_EVERY, Checkpoint, Checkpoints
 from app.backends.llama.token_tree import leaf_sequences
@@ -65,17 +66,22 @@ class LlamaBackend(VocabularyReader):
                  n_threads: int = 0, flash_attention: str = "auto", exact_batches: bool = True,
                  progress: Callable[[float], bool | None] | None = None,
                  devices: Sequence[rpc.Device] | None = None, tensor_split: Sequence[float] = (),
-                 rs_snapshots: int | None = None) -> None:
+                 rs_snapshots: int | None = None, load_mtp: bool = False) -> None:
         """``devices``: the devices its offloaded layers go to, in order (workers' and this
         machine's; None: this machine's, llama.cpp's own choice); ``tensor_split``: each
         one's share of them (empty: in proportion to their free memory); ``rs_snapshots``:
-        recurrent-state snapshots to ask for (None: ``RS_SNAPSHOTS``; a draft needs none)."""
+        recurrent-state snapshots to ask for (None: ``RS_SNAPSHOTS``; a draft needs none);
+        ``load_mtp``: load the file's MTP layers too, for ``mtp_head`` (only a file whose
+        head ``app.engine.gguf.draft_heads.mtp_head_problem`` passes: llama.cpp aborts
+        on a malformed one)."""
         path = Path(path)
         self.model_file = open_model_file(path)  # before llama.cpp sees a byte of it (the load's own: no walk)
         ensure_initialised()
         self.path = path
         self._model = self._ctx = None
         self._batch = None
+        self._head: MtpHead | None = None
+        self._hidden: HiddenRows | None = None  # its rows by position, while a head reads them
         self._workers: tuple[str, ...] = ()  # RPC workers its layers live on, while loaded
         # Over workers: how many of its layers each holds, workers first, then "here"
         # (this machine's devices together); () for a load without workers.
@@ -83,6 +89,7 @@ class LlamaBackend(VocabularyReader):
 
         mparams = ll.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers if n_gpu_layers >= 0 else 999
+        mparams.load_mtp = load_mtp
         if devices is not None:  # NULL-terminated; llama.cpp reads it during the load only
             self._devices = (ctypes.c_void_p * (len(devices) + 1))(*[d.handle for d in devices], None)
             mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p).value
@@ -148,6 +155,8 @@ class LlamaBackend(VocabularyReader):
         self._batch = ll.llama_batch_init(self.n_batch, 0, branches)
         self.tree_branches = branches
         self._tree: list[int] | None = None  # a tree evaluated and not yet kept: its tokens
+        self._tree_rows: np.ndarray | None = None  # its nodes' hidden rows, while an MTP head reads them
+        self.load_mtp = bool(mparams.load_mtp)
         # What llama.cpp honoured of the snapshots (0 where the architecture has none).
         self.rs_snapshots = ll.llama_n_rs_seq(self._ctx) if self.memory != ATTENTION else 0
         self.memory_note = memory_note(self.memory, self.rs_snapshots)
@@ -247,6 +256,8 @@ class LlamaBackend(VocabularyReader):
             else:
                 self._lag = n_keep - cached
                 del self._tokens[n_keep:]
+        if self._hidden is not None:
+            self._hidden.forget_from(len(self._tokens))
 
     def rollback_point(self) -> None:
         """The engine may trim back to the cache's end as it is now (a draft round's
@@ -338,15 +349,18 @@ class LlamaBackend(VocabularyReader):
         n = ll.llama_state_seq_get_data(self._ctx, buf, size, 0) if size else 0
         if self._tokens and n == 0:
             raise BackendError(f"llama.cpp could not copy the cache out ({last_error()})")
-        return list(self._tokens), buf, n
+        rows = self._hidden.copy() if self._hidden is not None else None  # what an MTP head reads
+        return list(self._tokens), buf, n, rows
 
-    def restore_cache(self, saved: tuple[list[int], object, int]) -> None:
+    def restore_cache(self, saved: tuple[list[int], object, int, object]) -> None:
         """Put back what ``save_cache`` copied out, whatever the cache holds now."""
-        tokens, buf, n = saved
+        tokens, buf, n, rows = saved
         self.trim(0)
         if n and ll.llama_state_seq_set_data(self._ctx, buf, n, 0) == 0:
             raise BackendError(f"llama.cpp could not put the cache back ({last_error()})")
         self._tokens = list(tokens) if n else []
+        if self._hidden is not None and rows is not None and n:
+            self._hidden.restore(rows)
 
     def evaluate_tree(self, tokens: Sequence[int], parents: Sequence[int], borrow: bool = False) -> np.ndarray:
         tokens, parents = [int(t) for t in tokens], [int(p) for p in parents]
@@ -394,6 +408,10 @@ class LlamaBackend(VocabularyReader):
             ll.llama_memory_seq_keep(self._memory, 0)
             raise BackendError(f"llama.cpp failed to evaluate a token tree (code {status}: {last_error()})")
         self._lag = 0
+        if self._hidden is not None:  # the kept branch's rows go in at keep_branch
+            every_row = read_hidden(self._ctx, lag + n, self._hidden.n_embd)
+            self._hidden.put(base, every_row[:lag])
+            self._tree_rows = every_row[lag:].copy()
         rows = self._logits_view(n)
         self._tree = tokens
         return rows if borrow else np.array(rows)
@@ -421,6 +439,9 @@ class LlamaBackend(VocabularyReader):
             else:
                 ll.llama_memory_clear(self._memory, True)
             contiguous = 0
+        if self._hidden is not None and self._tree_rows is not None:
+            self._hidden.put(len(self._tokens), self._tree_rows[list(nodes)])
+        self._tree_rows = None
         self._tokens.extend(tokens[i] for i in nodes)
         self._lag = len(nodes) - contiguous
 
@@ -432,7 +453,29 @@ class LlamaBackend(VocabularyReader):
             ll.llama_set_n_threads(self._ctx, n, n)
             self.threads = n
 
+    def mtp_head(self) -> MtpHead:
+        """The model's MTP layers as a draft model reading this context (made once; closed
+        with this backend). The model must have been loaded with ``load_mtp``."""
+        if self._head is not None:
+            return self._head
+        if not self.load_mtp or ll.llama_model_n_layer_nextn(self._model) <= 0:
+            raise BackendError(f"{shown_name(self.path)} was loaded without MTP layers")
+        n_embd = ll.llama_model_n_embd_out(self._model)
+        hidden_rows_on(self._ctx, masked=False)  # every position's row, for the head to read
+        self._hidden = HiddenRows(n_embd, self.n_ctx)
+        try:
+            self._head = MtpHead(self, self._model, self._ctx, self._hidden)
+        except BaseException:
+            self._hidden = None
+            raise
+        # Rows of what the cache holds already are not known: drop it, so the next reply reads it again.
+        self.trim(0)
+        return self._head
+
     def close(self) -> None:
+        if self._head is not None:  # its context reads this one: it goes first
+            self._head.close()
+            self._head = None
         if getattr(self, "_checkpoints", None) is not None:
             self._checkpoints.clear()
         if self._batch is not None:
@@ -476,6 +519,8 @@ class LlamaBackend(VocabularyReader):
         if status != 0:
             # llama.cpp leaves the cache as it was before this batch.
             raise BackendError(f"llama.cpp failed to evaluate a batch (code {status}: {last_error()})")
+        if self._hidden is not None:
+            self._hidden.put(base, read_hidden(self._ctx, len(chunk), self._hidden.n_embd))
         self._tokens.extend(chunk)
         self._snapshot_span = (base, base + len(chunk))
 

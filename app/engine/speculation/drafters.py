@@ -215,6 +215,19 @@ class ModelDrafter(DrafterDefaults):
         self.model.close()
 
 
+class HeadDrafter(ModelDrafter):
+    """Drafts with the target's own MTP head (``app/backends/llama/mtp_head.py``): a draft
+    model whose cache lines up with the target's, position for position, and which reads
+    the target's hidden rows beside the tokens. Everything a draft model's proposals do
+    (sampled q, second candidates for trees, constraints) holds as it is.
+
+    It reads all of a long prompt: it must (a position reads the target's row before it),
+    and it is cheap (a head is one decoder block; the target has tens)."""
+
+    kind = DrafterKind.MTP
+    reads_at_most = 1 << 62
+
+
 class LookupDrafter(DrafterDefaults):
     """Prompt lookup: propose what followed the latest earlier match of the last n tokens.
 
