@@ -15,7 +15,7 @@ from app.backends.llama import rpc
 from app.backends.llama.backend import LlamaBackend
 from app.backends.model_check import require_model_runs
 from app.engine.speculation.drafter_interface import Drafter
-from app.engine.speculation.drafters import LookupDrafter, ModelDrafter
+from app.engine.speculation.drafters import HeadDrafter, LookupDrafter, ModelDrafter
 from app.engine.errors import EngineError
 from app.engine.speculation.lookahead import LookaheadDrafter
 from app.engine.gguf.meta import Compatibility, pair_verdict
@@ -72,7 +72,11 @@ def load_pair(target_path: str | Path, draft_path: str | Path | None = None, *,
     ``rpc_workers`` (host:port): the target's offloaded layers go to their devices, then
     to this machine's GPUs, shared as ``tensor_split`` says; the draft stays here.
     A draft of another vocabulary drafts through text (``TextBridge``), in ``through_text``
-    mode: "auto" lets its policy turn it off where it does not pay, "on" always drafts."""
+    mode: "auto" lets its policy turn it off where it does not pay, "on" always drafts.
+
+    A target that ships an MTP head drafts with it when no draft model is named, or when
+    ``drafter`` is ``MTP``; a head this llama.cpp cannot run (``mtp_head_problem``, judged
+    from the header, before llama.cpp could abort on it) leaves the engine plain, saying why."""
     report = progress or (lambda what, fraction: None)
     # Each file resolved and its header read once; the pair check, the trial load and the
     # backend all take the same ModelFile.
@@ -82,15 +86,23 @@ def load_pair(target_path: str | Path, draft_path: str | Path | None = None, *,
     compatibility = None
     if drafter == DrafterKind.MODEL and draft_path:
         compatibility = check_pair(target_path, draft_path, trial=False)  # each is tried before it loads
+    head, head_note = own_head(target_path, drafter, bool(draft_path))
     devices = target_devices(rpc_workers, tensor_split)  # a worker not there: one line, before any load
     target = _load_target(target_path, devices, rpc_workers, tensor_split, n_ctx=n_ctx,
                           n_gpu_layers=target_gpu_layers, n_threads=n_threads, flash_attention=flash_attention,
-                          progress=_checked(target_path, "target", report))
+                          progress=_checked(target_path, "target", report), load_mtp=head)
     draft_model: LlamaBackend | None = None
     chosen: Drafter | None = None
     note = ""
     try:
-        if drafter == DrafterKind.MODEL and draft_path:
+        if head:
+            try:
+                chosen = HeadDrafter(target.mtp_head(), target.n_vocab, eog_ids=target.eog_ids)
+            except EngineError as exc:
+                note = f"its MTP head could not run: {exc}"
+        elif head_note:
+            note = head_note
+        elif drafter == DrafterKind.MODEL and draft_path:
             if compatibility.ok:
                 draft_model = LlamaBackend(draft_path, n_ctx=target.n_ctx, n_gpu_layers=draft_gpu_layers,
                                            n_threads=n_threads, flash_attention=flash_attention,
@@ -113,6 +125,17 @@ def load_pair(target_path: str | Path, draft_path: str | Path | None = None, *,
         target.close()
         raise
     return LoadedPair(SpeculativeEngine(target, chosen, note=note), target, draft_model, compatibility)
+
+
+def own_head(target: ModelFile, drafter: DrafterKind, draft_named: bool) -> tuple[bool, str]:
+    """(draft with the target's own MTP head, why not where it was asked for). Asked for
+    with ``DrafterKind.MTP``; chosen without asking for a target that has one when no
+    draft model is named (a named draft wins: the user chose it)."""
+    meta = target.metadata
+    ready = meta.mtp_layers > 0 and meta.mtp_problem is None
+    if drafter == DrafterKind.MTP:
+        return (True, "") if ready else (False, meta.mtp_problem or "the target has no MTP head")
+    return drafter == DrafterKind.MODEL and not draft_named and ready, ""
 
 
 def target_devices(workers: tuple[str, ...], split: tuple[float, ...]) -> list[rpc.Device] | None:

@@ -11,6 +11,8 @@
 - ``lookahead``: no draft model: the target's own n-gram pool (a Jacobi window in its
   batches, ``engine/speculation/lookahead.py``) and copies; where the wider batch does not pay, its
   policy stops carrying the window and the run says so.
+- ``mtp``: the target's own MTP head (``app/backends/llama/mtp_head.py``), no draft model;
+  ``auto`` takes it too for a target that ships one and no draft named.
 - ``text``: the draft given (``--draft``), of another vocabulary than the target's,
   drafting through text (``engine/speculation/text_bridge.py``) in every round its draft length
   allows: the bridge's own acceptance and speed. ``auto`` with such a draft lets the
@@ -139,12 +141,28 @@ def _self(args: argparse.Namespace, progress: Callable) -> str:
     return f"self: {plan.describe()} made from {shown_name(target)}"
 
 
+def _mtp(args: argparse.Namespace, progress: Callable) -> str:
+    from app.engine.gguf.header import shown_name
+    from app.engine.gguf.model_file import open_model_file
+
+    meta = open_model_file(_target(args)).metadata
+    if meta.mtp_layers <= 0 or meta.mtp_problem is not None:
+        raise MethodUnavailable(f"--method mtp: {shown_name(_target(args))}: "
+                                f"{meta.mtp_problem or 'the target has no MTP head'}")
+    args.drafter, args.draft = "mtp", None
+    return f"mtp: the target's own MTP head ({meta.mtp_layers} layer{'s' if meta.mtp_layers > 1 else ''}), no draft model"
+
+
 def _auto(args: argparse.Namespace, progress: Callable) -> str:
     from app.engine.gguf.header import shown_name
+    from app.engine.gguf.model_file import open_model_file
     from app.storage.made_drafts import made_for
 
     if args.draft or not args.target:
         return "auto: chain, the draft model given" if args.draft else "auto: chain, the demo draft"
+    meta = open_model_file(args.target).metadata
+    if meta.mtp_layers > 0 and meta.mtp_problem is None:  # it ships its drafter: the load takes it
+        return "auto: mtp, the target's own MTP head"
     made = made_for(args.target)
     if made:
         args.draft, args.drafter = made[0].draft, "model"
@@ -157,4 +175,5 @@ register("tree", "token trees verified in one batch", _tree)
 register("lookahead", "the target's own n-gram pool, no draft", _lookahead)
 register("text", "a draft of another vocabulary, through text", _text)
 register("self", "a draft made from the target (tandem make-draft)", _self)
+register("mtp", "the target's own MTP head, no draft", _mtp)
 register("auto", "what the app would use for this target", _auto)

@@ -273,9 +273,11 @@ class Settings:
     # Models
     target_path: str = option("", "Target model (GGUF). Empty: the demo pair's target.", _path)
     draft_path: str = option("", "Draft model (GGUF). Empty: the demo pair's draft.", _path)
-    drafter: Literal["model", "lookup", "lookahead"] = option(
-        "model", "Where guesses come from: a draft model, prompt lookup (n-grams of the chat), or "
-        "lookahead (the target's own n-gram pool and copies; no model).", _one_of("model", "lookup", "lookahead"))
+    drafter: Literal["model", "lookup", "lookahead", "mtp"] = option(
+        "model", "Where guesses come from: a draft model (a target that ships an MTP head drafts with it "
+        "when no draft model is named), prompt lookup (n-grams of the chat), lookahead (the target's own "
+        "n-gram pool and copies; no model), or mtp (the target's own MTP head).",
+        _one_of("model", "lookup", "lookahead", "mtp"))
     # Speculation
     speculation: bool = option(True, "Speculate with the drafter; off decodes with the target alone.", _flag)
     draft_max: int | Literal["auto"] = option(

@@ -36,10 +36,12 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, in_command: bool = T
     group.add_argument("--draft", "-md", "--model-draft", type=Path, metavar="GGUF", default=default(None),
                        help="draft GGUF, a small model of the same family (default: the demo draft)")
     group.add_argument("--drafter", choices=[DrafterKind.MODEL.value, DrafterKind.LOOKUP.value,
-                                             DrafterKind.LOOKAHEAD.value],
+                                             DrafterKind.LOOKAHEAD.value, DrafterKind.MTP.value],
                        default=default(DrafterKind.MODEL.value),
-                       help="draft with a model, with prompt lookup, or with lookahead (the target's own "
-                            "n-gram pool and copies; no model) (default: model)")
+                       help="draft with a model (a target that ships an MTP head drafts with it when no "
+                            "--draft is named), with prompt lookup, with lookahead (the target's own "
+                            "n-gram pool and copies; no model), or with the target's own MTP head (mtp) "
+                            "(default: model)")
     group.add_argument("--n-ctx", "-c", "--ctx-size", type=setting_value("n_ctx"), metavar="N", default=default(4096),
                        help="context size in tokens (default: 4096)")
     group.add_argument("--threads", "-t", type=setting_value("n_threads"), metavar="N", default=default(0),

@@ -56,7 +56,8 @@ PAGES = {
     "System prompt": ("system_prompt",),
 }
 DRAFTERS = (("Draft model", DrafterKind.MODEL.value), ("Prompt lookup (no draft model)", DrafterKind.LOOKUP.value),
-            ("Lookahead (the target's own n-grams; no draft model)", DrafterKind.LOOKAHEAD.value))
+            ("Lookahead (the target's own n-grams; no draft model)", DrafterKind.LOOKAHEAD.value),
+            ("The target's own MTP head (no draft model)", DrafterKind.MTP.value))
 TREES = (("Automatic (where measured to pay)", "auto"), ("On (wherever the draft is unsure)", "on"), ("Off", "off"))
 FLASH_ATTENTION = (("Automatic (off on a CPU)", "auto"), ("On", "on"), ("Off", "off"))
 GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
@@ -360,8 +361,11 @@ class SettingsDialog(QDialog):
             self.compat_label.setText(
                 "Prompt lookup copies from the conversation; it needs no draft model." if drafter == DrafterKind.LOOKUP
                 else "Lookahead drafts from the target's own n-grams; it needs no draft model."
-                if drafter == DrafterKind.LOOKAHEAD else "Empty fields use the demo pair." if not self.editors["target_path"].text()
-                else "No draft model: replies are decoded without speculation.")
+                if drafter == DrafterKind.LOOKAHEAD else
+                "The target drafts with its own MTP head, if its file ships one." if drafter == DrafterKind.MTP
+                else "Empty fields use the demo pair." if not self.editors["target_path"].text()
+                else "No draft model: a target that ships an MTP head drafts with it; any other decodes "
+                     "without speculation.")
             self.compat_label.setStyleSheet("")
             self._check_timer.stop()
             return

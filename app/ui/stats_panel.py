@@ -134,6 +134,8 @@ class StatsPanel(QWidget):
             self.draft_label.setText("prompt lookup (no model)")
         elif info.drafter == DrafterKind.LOOKAHEAD:
             self.draft_label.setText("lookahead (no model)")
+        elif info.drafter == DrafterKind.MTP:
+            self.draft_label.setText("mtp: the target's own head")
         else:
             self.draft_label.setText(info.draft_name or "none")
         self.draft_label.setToolTip(info.draft_path)

@@ -92,7 +92,8 @@ class ModelLoading(QObject):
         self.banner.hide()
         self.composer.set_ready(True)
         drafter = ("prompt lookup" if info.drafter == DrafterKind.LOOKUP else
-                   "lookahead" if info.drafter == DrafterKind.LOOKAHEAD else f"draft {info.draft_name}"
+                   "lookahead" if info.drafter == DrafterKind.LOOKAHEAD else
+                   "its own MTP head" if info.drafter == DrafterKind.MTP else f"draft {info.draft_name}"
                    if info.draft_name else "no draft")
         self.model_label.setText(f"{info.target_name} · {drafter} · {info.compute}")
         self._set_title(f"{APP_NAME} — {info.target_name}")
