@@ -8,7 +8,7 @@ import os
 import pytest
 
 # Session fixture: {arch: (target, draft)} of tiny recurrent and hybrid models.
-from recurrent_models import recurrent_pairs  # noqa: F401
+from recurrent_models import mtp_models, recurrent_pairs  # noqa: F401
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 

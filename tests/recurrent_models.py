@@ -562,6 +562,21 @@ def _fill(rng: np.random.Generator, t: Tensor, ne: tuple[int, ...], s: Shape) ->
     raise ValueError(f"{t.name}: unknown initialisation {t.init!r}")
 
 
+# A model whose MTP head agrees with its trunk part of the time (``_nextn``): a quiet trunk
+# (each block adds little to the token's embedding, so the trunk's next token is mostly
+# the token's own) and a head that copies that with a little noise. On the demo's 49k
+# vocabulary its first guess is kept about half the time, greedy and sampled alike.
+MTP_SHAPE = {"nextn": 1, "mixer_gain": 0.2, "ffn_gain": 0.1, "head_noise": 0.15}
+MTP_ARCHITECTURES = ("qwen35", "glm4moe")  # a hybrid (chains only) and attention (trees too)
+
+
+def write_mtp_model(path: str | Path, arch: str, *, vocab_from: str | Path, seed: int = 0,
+                    ftype: str = "Q8_0", **shape: Any) -> Path:
+    """``write_recurrent_model`` with an MTP head that agrees part of the time (MTP_SHAPE)."""
+    return write_recurrent_model(path, arch, vocab_from=vocab_from, seed=seed, ftype=ftype,
+                                 **{**MTP_SHAPE, **shape})
+
+
 # -- the fixture -------------------------------------------------------------------------
 
 class RecurrentPairs(Mapping[str, tuple[Path, Path]]):
@@ -585,6 +600,14 @@ class RecurrentPairs(Mapping[str, tuple[Path, Path]]):
 
     def __len__(self) -> int:
         return len(ARCHITECTURES)
+
+
+@pytest.fixture(scope="session")
+def mtp_models(demo_models, tmp_path_factory) -> dict[str, Path]:
+    """{arch: a Q8_0 target with one MTP block} for each of MTP_ARCHITECTURES."""
+    folder = tmp_path_factory.mktemp("mtp-models")
+    return {arch: write_mtp_model(folder / f"{arch}-mtp.Q8_0.gguf", arch, vocab_from=demo_models.draft)
+            for arch in MTP_ARCHITECTURES}
 
 
 @pytest.fixture(scope="session")

@@ -111,6 +111,7 @@ class Stats:
     # The target's memory, where it changes how speculation runs (a recurrent state:
     # chains only, rollback by checkpoints; app/engine/gguf/memory_kinds.py); "" for attention.
     memory_note: str = ""
+    drafter: str = ""          # what drafted (DrafterKind's value: model, mtp, ...); "" when nothing did
     bridged: int = 0           # of the drafted tokens, drafted through text (text_bridge.py)
     bridged_accepted: int = 0
     bridge_note: str = ""      # why drafting through text stopped, when it did
@@ -249,6 +250,7 @@ class Stats:
             "host_ms_per_drafted": round(self.host_ms_per_drafted, 4),
             "stop_reason": self.stop_reason or "",
             "speculative": self.speculative,
+            "drafter": self.drafter,
             "note": self.note,
             "left_out": self.left_out,
             "prompt_notice": self.prompt_notice,

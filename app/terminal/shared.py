@@ -234,7 +234,8 @@ def prompt_tokens(target, text: str, *, raw: bool, system: str = "") -> list[int
 def summary_line(stats) -> str:
     line = f"[{stats.tokens} tokens, {stats.tokens_per_second:.1f} tok/s"
     if stats.speculative:
-        line += (f", acceptance {stats.acceptance:.2f}, {stats.tokens_per_round:.2f} tokens/round")
+        drafter = f"{stats.drafter} " if stats.drafter else ""
+        line += (f", {drafter}acceptance {stats.acceptance:.2f}, {stats.tokens_per_round:.2f} tokens/round")
     elif stats.note:
         line += f", plain: {stats.note}"
     if stats.left_out:

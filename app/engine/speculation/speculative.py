@@ -214,7 +214,8 @@ class SpeculativeEngine:
             sampling = dataclasses.replace(sampling, ignore_eos=False)
         stats = Stats(prompt_tokens=len(prompt), speculative=speculate,
                       note="" if speculate else (self.note or SPECULATION_OFF),
-                      memory_note=getattr(self.target, "memory_note", "") if speculate else "")
+                      memory_note=getattr(self.target, "memory_note", "") if speculate else "",
+                      drafter=self.drafter.kind.value if speculate else "")
         detok = StreamingDetokenizer(self.target.token_bytes)
         if not spec.copy_min:
             copy_sources = None  # copying is off: from the context and from elsewhere alike
