@@ -2,13 +2,16 @@
 
     python tools/make_recurrent_model.py ARCH PATH [--draft PATH] [--vocab-from GGUF] [--seed N]
                                          [--ftype Q8_0|F16|F32] [--draft-ftype Q4_0] [--set FIELD=VALUE ...]
+    python tools/make_recurrent_model.py ARCH PATH --mtp [--set n_embd=512 ...]
     python tools/make_recurrent_model.py --list
 
 ARCH is one of tests/recurrent_models.py's ARCHITECTURES (mamba, mamba2, lfm2, qwen35,
 nemotron_h, granitehybrid, jamba, falcon-h1); the vocabulary and chat template come
 from ``--vocab-from`` (default: the demo draft, provisioned on first use). ``--set``
 changes a size of tests/recurrent_models.Shape (``--set n_layer=8 --set n_embd=128``).
-``--draft`` also writes a quantised copy, the natural draft of a random model. Example:
+``--draft`` also writes a quantised copy, the natural draft of a random model. ``--mtp``
+gives the model an MTP head built to agree with it part of the time (qwen35, and the
+attention-only glm4moe; tests/recurrent_models.MTP_SHAPE), for ``--drafter mtp``. Example:
 
     python tools/make_recurrent_model.py lfm2 /tmp/lfm2.gguf --draft /tmp/lfm2.q4.gguf
     tandem generate --target /tmp/lfm2.gguf --draft /tmp/lfm2.q4.gguf --prompt "Hello"
@@ -26,7 +29,8 @@ from pathlib import Path
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]  # the checkout's app and the generator
 
-from recurrent_models import ARCHITECTURES, TARGET_TYPES, Shape, write_draft_copy, write_recurrent_model  # noqa: E402
+from recurrent_models import (ARCHITECTURES, ATTENTION_ARCHITECTURES, MTP_ARCHITECTURES, MTP_SHAPE,  # noqa: E402
+                              TARGET_TYPES, Shape, write_draft_copy, write_recurrent_model)
 
 
 def _sizes(pairs: list[str]) -> dict[str, object]:
@@ -42,7 +46,7 @@ def _sizes(pairs: list[str]) -> dict[str, object]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("arch", nargs="?", choices=list(ARCHITECTURES))
+    parser.add_argument("arch", nargs="?", choices=[*ARCHITECTURES, *ATTENTION_ARCHITECTURES])
     parser.add_argument("path", nargs="?", type=Path)
     parser.add_argument("--draft", type=Path, help="also write a quantised copy here")
     parser.add_argument("--vocab-from", type=Path, help="GGUF whose tokenizer to copy (default: the demo draft)")
@@ -50,23 +54,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ftype", choices=TARGET_TYPES, default="Q8_0")
     parser.add_argument("--draft-ftype", default="Q4_0")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
+    parser.add_argument("--mtp", action="store_true", help="with an MTP head that agrees part of the time "
+                        f"({', '.join(MTP_ARCHITECTURES)})")
     parser.add_argument("--list", action="store_true", help="list the architectures and exit")
     opts = parser.parse_args(argv)
     if opts.list:
-        for a in ARCHITECTURES.values():
+        for a in [*ARCHITECTURES.values(), *ATTENTION_ARCHITECTURES.values()]:
             rollback = "n_rs_seq rollback" if a.rs_rollback else "no n_rs_seq rollback"
             print(f"{a.name:14s} {a.memory:9s} {rollback:20s} {a.note}")
         return 0
     if opts.arch is None or opts.path is None:
         parser.error("ARCH and PATH are required (or --list)")
+    if opts.mtp and opts.arch not in MTP_ARCHITECTURES:
+        parser.error(f"--mtp: one of {', '.join(MTP_ARCHITECTURES)}")
     vocab = opts.vocab_from
     if vocab is None:
         from app.models.demo import demo_pair
 
         vocab = demo_pair().draft
     started = time.perf_counter()
-    target = write_recurrent_model(opts.path, opts.arch, vocab_from=vocab, seed=opts.seed, ftype=opts.ftype,
-                                   **_sizes(opts.set))
+    sizes = {**(MTP_SHAPE if opts.mtp else {}), **_sizes(opts.set)}
+    target = write_recurrent_model(opts.path, opts.arch, vocab_from=vocab, seed=opts.seed, ftype=opts.ftype, **sizes)
     print(f"{target}  {target.stat().st_size / 1e6:.1f} MB  {time.perf_counter() - started:.1f} s")
     if opts.draft:
         started = time.perf_counter()
