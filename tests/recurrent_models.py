@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -418,10 +418,12 @@ TARGET_TYPES = ("Q8_0", "F16", "F32")
 
 
 def write_recurrent_model(path: str | Path, arch: str, *, vocab_from: str | Path, seed: int = 0,
-                          ftype: str = "Q8_0", **shape: Any) -> Path:
+                          ftype: str = "Q8_0", drop: Iterable[str] = (), keys: dict[str, Any] | None = None,
+                          **shape: Any) -> Path:
     """Write a tiny random-weight GGUF of llama.cpp architecture ``arch`` to ``path``, with
     the tokenizer of ``vocab_from`` (every ``tokenizer.*`` key) and ``shape``'s sizes
-    (fields of :class:`Shape`); returns the path."""
+    (fields of :class:`Shape`); returns the path. A malformed file for a hostile test:
+    ``drop`` leaves out tensors by name, ``keys`` sets ``{arch}.KEY`` values (None: left out)."""
     import gguf
 
     known = {**ARCHITECTURES, **ATTENTION_ARCHITECTURES}
@@ -433,7 +435,10 @@ def write_recurrent_model(path: str | Path, arch: str, *, vocab_from: str | Path
     if known[arch].memory == "hybrid" and s.n_layer < ATTENTION_INTERVAL:
         raise ValueError(f"a hybrid needs at least {ATTENTION_INTERVAL} layers (layer "
                          f"{ATTENTION_INTERVAL - 1} attends), not {s.n_layer}")
-    keys, tensors = known[arch].build(s)
+    built, tensors = known[arch].build(s)
+    built = {key: value for key, value in {**built, **(keys or {})}.items() if value is not None}
+    dropped = set(drop)
+    tensors = [t for t in tensors if t.name not in dropped]
     path = Path(path)
     tokenizer = _tokenizer_fields(Path(vocab_from))
     n_vocab = len(tokenizer["tokenizer.ggml.tokens"][0])
@@ -443,7 +448,7 @@ def write_recurrent_model(path: str | Path, arch: str, *, vocab_from: str | Path
     writer.add_name(f"tandem-test-{arch}")
     writer.add_file_type({"Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "F16": gguf.LlamaFileType.MOSTLY_F16,
                           "F32": gguf.LlamaFileType.ALL_F32}[ftype])
-    for key, value in keys.items():
+    for key, value in built.items():
         _add(writer, f"{arch}.{key}", value)
     for key, (value, vtype, sub) in tokenizer.items():
         writer.add_key_value(key, value, vtype, sub) if sub is not None else writer.add_key_value(key, value, vtype)

@@ -80,15 +80,17 @@ def cmd_check_pair(args: argparse.Namespace) -> int:
 
     target, draft = open_model_file(args.target_path), open_model_file(args.draft_path)  # each read once
     result = check_pair(target, draft)
-    not_used = heads_not_used(target, draft)
+    heads = head_notes(target, draft)
     memory = memory_lines(target, draft)
     if args.json:
+        # "not_used": the lines about heads Tandem does not use, as before "heads" came.
+        not_used = [line for line in heads if ": not used yet: " in line]
         print(json.dumps({"compatible": result.ok, "through_text": result.through_text, "rule": result.rule,
-                          "reason": result.reason, "not_used": not_used, "memory": memory}))
+                          "reason": result.reason, "heads": heads, "not_used": not_used, "memory": memory}))
     else:
         print(result.reason if not result.ok or result.through_text else
               f"Compatible: {shown_name(args.draft_path)} can draft for {shown_name(args.target_path)}.")
-        for line in not_used:
+        for line in heads:
             print(line)
         for role, kind in memory.items():
             if kind["note"]:
@@ -109,15 +111,16 @@ def memory_lines(target, draft) -> dict[str, dict[str, str]]:
     return out
 
 
-def heads_not_used(*files) -> list[str]:
-    """One line per file (a ModelFile or a path) that carries heads trained to draft
-    (MTP, EAGLE-3, Medusa)."""
-    from app.engine.gguf.draft_heads import not_used_line
+def head_notes(*files) -> list[str]:
+    """One line per kind of head trained to draft that each file (a ModelFile or a path)
+    carries: its MTP head drafts (or why it cannot), other heads are not used yet."""
+    from app.engine.gguf.draft_heads import head_lines
     from app.engine.gguf.header import shown_name
     from app.engine.gguf.model_file import open_model_file
 
-    return [f"{shown_name(model.path)}: {not_used_line(heads)}" for model in map(open_model_file, files)
-            if (heads := model.metadata.draft_heads)]
+    return [f"{shown_name(model.path)}: {line}" for model in map(open_model_file, files)
+            for line in head_lines(model.metadata.architecture, model.metadata.draft_heads,
+                                   model.metadata.mtp_layers, model.metadata.mtp_problem)]
 
 
 def cmd_chat(args: argparse.Namespace) -> int:

@@ -1,6 +1,6 @@
 """What the last scan found, so the next one reads only files that changed.
 
-A JSON file in Tandem's cache folder: ``{"version": 1, "entries": [entry, ...]}``,
+A JSON file in Tandem's cache folder: ``{"version": 2, "entries": [entry, ...]}``,
 each entry keyed by its file's path, size and modification time (every part of a
 split model). It is read as someone else's file (``safe_json``: a regular file of
 bounded size, no deep nesting); an entry that does not read back as written is
@@ -19,7 +19,7 @@ from app.storage.files import atomic_write_text
 from app.storage.safe_json import UnreadableFile, loads_lenient, read_regular_file
 
 CACHE_NAME = "model-library.json"
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: notes say whether a target's MTP head drafts (read every file again)
 MAX_CACHE_BYTES = 16 << 20  # ~600 bytes an entry: tens of thousands of models
 
 

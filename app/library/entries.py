@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from app.engine.gguf.draft_heads import not_used_line
+from app.engine.gguf.draft_heads import head_lines
 from app.engine.errors import ModelFileError
 from app.engine.gguf.header import shown_name, validate_gguf
 from app.engine.gguf.meta import ModelMetadata
@@ -149,8 +149,7 @@ def read_entry(path: Path, name: str, source: str) -> LibraryEntry:
     except (OSError, ValueError, MemoryError) as exc:  # the validator's words cover GGUF; this is the rest
         return LibraryEntry(**base, refused=f"{shown_name(path)}: cannot be read ({exc})")
     notes = (f"split in {len(parts)} parts",) if len(parts) > 1 else ()
-    if meta.draft_heads:
-        notes += (not_used_line(meta.draft_heads),)
+    notes += head_lines(meta.architecture, meta.draft_heads, meta.mtp_layers, meta.mtp_problem)
     quantisation = (meta.file_type_name or "").removeprefix("ALL_")  # llama.cpp names F32 files ALL_F32
     return LibraryEntry(**{**base, "quantisation": quantisation or base["quantisation"]},
                         architecture=meta.architecture, model_name=meta.name, n_parameters=n_parameters,

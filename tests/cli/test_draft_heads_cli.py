@@ -1,5 +1,7 @@
-"""A real, loadable model file that says it carries heads trained to draft: check-pair
-and the library say "not used yet: …" in one line, and the pair still works."""
+"""Real, loadable model files that carry heads trained to draft: check-pair and the library
+say "not used yet: …" in one line for heads Tandem does not use, and the pair still works;
+a target's own MTP head is said to draft, or why llama.cpp could not run it, and a target
+whose head is malformed still generates (plain, saying why) instead of aborting."""
 
 from __future__ import annotations
 
@@ -10,7 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from app.engine.gguf.draft_heads import MEDUSA
+from recurrent_models import write_recurrent_model
+
+from app.engine.gguf.draft_heads import CANNOT_RUN, MEDUSA
 from app.engine.gguf.header import validate_gguf
 from app.library.entries import read_entry
 
@@ -46,3 +50,40 @@ def test_check_pair_and_the_library_say_heads_are_not_used_yet(demo_models, tmp_
     entry = read_entry(draft, draft.name, "Folder")
     assert entry.usable and any(n.startswith("not used yet: it carries " + MEDUSA) for n in entry.notes)
     assert not any("not used yet" in n for n in read_entry(demo_models.draft, "plain", "Folder").notes)
+
+
+def _tandem(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TANDEM_HOME=str(tmp_path / "home"))
+    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, timeout=300,
+                          env=env, cwd=ROOT)
+
+
+def _with_head(path: Path, arch: str, vocab_from: Path, **options) -> Path:
+    return write_recurrent_model(path, arch, vocab_from=vocab_from, nextn=1, ftype="F32", mixer_gain=0.2,
+                                 ffn_gain=0.1, head_noise=0.15, **options)
+
+
+def test_check_pair_and_the_library_say_a_target_drafts_with_its_own_mtp_head(demo_models, tmp_path):
+    target = _with_head(tmp_path / "qwen35-mtp.gguf", "qwen35", demo_models.draft)
+    shown = _tandem(tmp_path, "check-pair", str(target), str(demo_models.draft))
+    assert shown.returncode == 0, shown.stderr
+    line = ("qwen35-mtp.gguf: drafts with its own MTP head (1 layer) when no draft model is named; "
+            "--drafter mtp asks for it")
+    assert line in shown.stdout.splitlines() and "not used yet" not in shown.stdout
+    report = json.loads(_tandem(tmp_path, "check-pair", str(target), str(demo_models.draft), "--json").stdout)
+    assert report["heads"] == [line] and report["not_used"] == []
+    assert line.partition(": ")[2] in read_entry(target, target.name, "Folder").notes
+
+
+def test_a_target_whose_mtp_head_would_abort_llama_cpp_is_said_so_and_runs_plain(demo_models, tmp_path):
+    # Without eh_proj llama.cpp loads the file "trunk only" and aborts on the first MTP context
+    # (tests/engine/gguf/test_draft_heads.py shows it): Tandem must not make one.
+    target = _with_head(tmp_path / "glm-bad.gguf", "glm4moe", demo_models.draft, drop=["blk.4.nextn.eh_proj.weight"])
+    why = CANNOT_RUN + "blk.4.nextn.eh_proj.weight is missing"
+    report = json.loads(_tandem(tmp_path, "check-pair", str(target), str(demo_models.draft), "--json").stdout)
+    assert report["compatible"] is True and report["heads"] == [f"glm-bad.gguf: {why}"]
+    assert why in read_entry(target, target.name, "Folder").notes
+    for asked in ((), ("--drafter", "mtp")):
+        run = _tandem(tmp_path, "generate", "--target", str(target), *asked, "--prompt", "hi", "--max-tokens", "3")
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert ("plain: " + why in run.stderr) == bool(asked), run.stderr[-2000:]

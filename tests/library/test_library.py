@@ -13,7 +13,7 @@ import pytest
 
 from .library_tree import build_folder, build_home, hub_file, model, ollama_blob
 
-from app.library.cache import load_cache
+from app.library.cache import CACHE_VERSION, load_cache
 from app.library.drafts import compatible_drafts, find_drafts
 from app.library.entries import parameters_shown, quantisation_in_name
 from app.library.locations import FOLDER, HUGGING_FACE, LM_STUDIO, OLLAMA, Location
@@ -84,8 +84,9 @@ def test_a_rescan_reads_only_what_changed(home, folder, tmp_path):
     assert by_name(third, "bigco/Big-7B-GGUF/Big-0.5B-Q4_K_M.gguf").size == changed.stat().st_size
 
 
-@pytest.mark.parametrize("content", [b"{not json", b"[" * 100_000, b'{"version": 1, "entries": [{"path": 5}, 7]}',
-                                     b"\xff\xfe", json.dumps({"version": 1, "entries": [{"path": "x"}]}).encode()])
+@pytest.mark.parametrize("content", [b"{not json", b"[" * 100_000,
+                                     b'{"version": %d, "entries": [{"path": 5}, 7]}' % CACHE_VERSION, b"\xff\xfe",
+                                     json.dumps({"version": CACHE_VERSION, "entries": [{"path": "x"}]}).encode()])
 def test_a_damaged_cache_only_costs_a_full_scan(home, folder, tmp_path, content):
     (tmp_path / "library.json").write_bytes(content)
     assert load_cache(tmp_path / "library.json") == {}

@@ -26,7 +26,7 @@ from typing import Any
 
 import gguf
 
-from app.engine.gguf.draft_heads import is_head_key, trained_heads
+from app.engine.gguf.draft_heads import is_head_key, mtp_head_problem, mtp_layers, trained_heads
 from app.engine.gguf.header import GGUFHeader, file_error, scan_header, shown_name
 from app.engine.gguf.rules import ADD_BOS_BPE_PRE
 
@@ -69,7 +69,11 @@ class ModelMetadata:
     file_type: int | None               # llama_ftype, e.g. 3 = MOSTLY_Q4_1
     file_size: int
     n_parameters: int = 0               # elements of this file's tensors (a split model: this part's)
-    draft_heads: tuple[str, ...] = ()   # trained drafting heads it carries (draft_heads.py), not used yet
+    draft_heads: tuple[str, ...] = ()   # trained drafting heads it carries (draft_heads.py)
+    # Its MTP head (draft_heads.py): how many layers, and why llama.cpp could not run it
+    # (None: it can, when mtp_layers > 0). Judged from the header: llama.cpp aborts on a bad head.
+    mtp_layers: int = 0
+    mtp_problem: str | None = None
 
     @property
     def file_type_name(self) -> str | None:
@@ -126,6 +130,7 @@ def metadata_from(path: Path, header: GGUFHeader, values: dict[str, Any]) -> Mod
     add_bos = get.boolean("tokenizer.ggml.add_bos_token")
     add_eos = get.boolean("tokenizer.ggml.add_eos_token")
     architecture = get.string("general.architecture") or ""
+    tensor_names = [t.name for t in header.tensors]
 
     return ModelMetadata(
         path=path,
@@ -143,7 +148,9 @@ def metadata_from(path: Path, header: GGUFHeader, values: dict[str, Any]) -> Mod
         file_type=get.integer("general.file_type"),
         file_size=header.file_size,
         n_parameters=header.n_parameters,
-        draft_heads=trained_heads(architecture, values, (t.name for t in header.tensors)),
+        draft_heads=trained_heads(architecture, values, tensor_names),
+        mtp_layers=mtp_layers(architecture, values),
+        mtp_problem=mtp_head_problem(architecture, values, tensor_names),
     )
 
 
