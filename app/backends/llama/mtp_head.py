@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
-from typing import TYPE_CHECKING, Sequence
+from typing import Protocol, Sequence
 
 import llama_cpp as ll
 import numpy as np
@@ -37,10 +37,22 @@ import numpy as np
 from app.backends.llama.backend_error import BackendError
 from app.backends.llama.log_capture import last_error
 
-if TYPE_CHECKING:
-    from app.backends.llama.backend import LlamaBackend
-
 log = logging.getLogger("tandem.llama")
+
+
+class _Target(Protocol):
+    """What the head reads of its target (a ``LlamaBackend``; named by shape, not imported,
+    because the backend imports this module)."""
+
+    n_vocab: int
+    n_ctx: int
+    n_batch: int
+    bos_id: int
+    eos_id: int
+    add_bos: bool
+    eog_ids: frozenset
+    name: str
+    threads: int
 
 
 def _ext():
@@ -116,7 +128,7 @@ class MtpHead:
     lends_logits = False
     adaptive_threads = False  # it runs with the target's count, a layer at a time
 
-    def __init__(self, target: LlamaBackend, model, target_ctx, hidden: HiddenRows) -> None:
+    def __init__(self, target: _Target, model, target_ctx, hidden: HiddenRows) -> None:
         self._hidden = hidden
         self.n_vocab, self.n_ctx = target.n_vocab, target.n_ctx
         self.bos_id, self.eos_id, self.add_bos = target.bos_id, target.eos_id, target.add_bos
