@@ -39,6 +39,15 @@ def _read_prompts(path: Path) -> list[PromptJob]:
     return jobs
 
 
+def _token_record(event) -> dict:
+    """One token of ``generate --json``; a corrected one also says what the drafter proposed
+    there (as the window's hover does)."""
+    record = {"id": event.id, "text": event.text, "kind": event.kind.value}
+    if event.draft_id is not None:
+        record["draft"] = {"id": event.draft_id, "text": event.draft_text}
+    return record
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     jobs = _read_prompts(args.prompts) if args.prompts else [PromptJob(args.prompt, None)]
     progress = TerminalProgress()
@@ -54,7 +63,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             if args.json:
                 events = generation.run()
                 print(json.dumps({
-                    "tokens": [{"id": e.id, "text": e.text, "kind": e.kind.value} for e in events],
+                    "tokens": [_token_record(e) for e in events],
                     "text": "".join(e.text for e in events),
                     "stats": generation.stats.to_dict(),
                 }, ensure_ascii=False), flush=True)

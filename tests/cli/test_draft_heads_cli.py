@@ -87,3 +87,35 @@ def test_a_target_whose_mtp_head_would_abort_llama_cpp_is_said_so_and_runs_plain
         run = _tandem(tmp_path, "generate", "--target", str(target), *asked, "--prompt", "hi", "--max-tokens", "3")
         assert run.returncode == 0, run.stderr[-2000:]
         assert ("plain: " + why in run.stderr) == bool(asked), run.stderr[-2000:]
+
+
+def _generate(tmp_path: Path, target: Path, *args: str) -> dict:
+    run = _tandem(tmp_path, "generate", "--target", str(target), "--json", "--temperature", "0", "--max-tokens", "40",
+                  "--ignore-eos", "--prompt", "Once upon a time, in a land far away,", *args)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def test_generate_drafts_with_the_targets_own_head_unasked_or_named_and_writes_the_plain_text(mtp_models, tmp_path):
+    for arch, target in mtp_models.items():
+        plain = _generate(tmp_path, target, "--no-speculation")
+        assert plain["stats"]["drafted"] == 0
+        for asked in ((), ("--drafter", "mtp"), ("--drafter", "mtp", "--draft-max", "auto"),
+                      ("--drafter", "mtp", "--draft-max", "3")):
+            record = _generate(tmp_path, target, *asked)
+            assert record["stats"]["drafter"] == "mtp", (arch, asked, record["stats"])
+            assert record["stats"]["drafted"] > 0 and 0 < record["stats"]["accepted"] < record["stats"]["drafted"]
+            assert record["text"] == plain["text"], (arch, asked)
+            # A corrected token shows what the head proposed in its place.
+            assert any(t["kind"] == "corrected" and t["draft"]["id"] != t["id"] for t in record["tokens"]), (arch, asked)
+
+
+def test_a_two_turn_chat_drafts_with_the_head(mtp_models, tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TANDEM_HOME=str(tmp_path / "home"))
+    done = subprocess.run([sys.executable, "-m", "app", "-m", str(mtp_models["qwen35"]), "-c", "1024", "chat",
+                           "--max-tokens", "12", "--temperature", "0"],
+                          input="Hello there\nAnd again\n\n", capture_output=True, text=True, timeout=600, env=env,
+                          cwd=ROOT)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    summaries = [line for line in done.stderr.splitlines() if line.startswith("[") and "tokens" in line]
+    assert len(summaries) == 2 and all("mtp acceptance" in line for line in summaries), done.stderr[-2000:]
