@@ -17,7 +17,7 @@ import llama_cpp as ll
 import numpy as np
 import pytest
 
-from recurrent_models import ARCHITECTURES
+from recurrent_models import ARCHITECTURES, ATTENTION_ARCHITECTURES
 
 from app.backends.llama.backend import LlamaBackend
 from app.backends.llama.vocabulary import LlamaVocab
@@ -244,4 +244,4 @@ def test_the_tool_lists_every_architecture_with_its_memory():
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     rows = {line.split()[0]: line.split()[1] for line in done.stdout.splitlines()}
-    assert rows == {name: a.memory for name, a in ARCHITECTURES.items()}
+    assert rows == {name: a.memory for name, a in {**ARCHITECTURES, **ATTENTION_ARCHITECTURES}.items()}
