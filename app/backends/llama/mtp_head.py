@@ -160,6 +160,7 @@ class MtpHead:
             self.close()
             raise
         self._memory = ll.llama_get_memory(self._ctx)
+        self._n_batch = max(1, int(ll.llama_n_batch(self._ctx)))  # what one batch may hold
         self._tokens: list[int] = []
         self._own: tuple[int, np.ndarray] | None = None  # (position, the head's row there)
         # The first entry made from the head's own row (a guess after a guess), if any.
@@ -191,7 +192,9 @@ class MtpHead:
             row, exact = self._pair_row(start + i)
             rows = [row]
             j = i + 1
-            while j < len(tokens) and (row := self._hidden.row(start + j - 1)) is not None:
+            # A long run (a prompt read at once) goes in batches of at most n_batch.
+            while (j < len(tokens) and j - i < self._n_batch
+                   and (row := self._hidden.row(start + j - 1)) is not None):
                 rows.append(row)
                 j += 1
             flags = [i + k in wanted or i + k == j - 1 for k in range(j - i)]

@@ -66,6 +66,18 @@ def test_greedy_equals_the_target_alone_over_turns_and_a_regenerate(engines, dra
     assert head.blind_steps == 0  # every position read a row: the target's, or the head's own
 
 
+def test_a_prompt_longer_than_a_batch_is_read_by_the_head_in_batches(engines):
+    # The head catches up on the whole prompt at once; llama.cpp's batch holds n_batch
+    # tokens (a 700-token prompt once stopped a benchmark with "refused token 512").
+    arch, spec, plain, head = engines
+    words = " ".join(f"item {i} is on the list," for i in range(80))
+    prompt = spec.target.tokenize(words, add_special=True, parse_special=False)
+    assert spec.target.n_batch < len(prompt) < spec.target.n_ctx - 64
+    g = spec.generate(prompt, SamplingConfig(), SpecConfig(draft_max=3), max_tokens=24)
+    assert _ids(g) == _ids(plain.generate(prompt, SamplingConfig(), SpecConfig(enabled=False), max_tokens=24))
+    assert g.stats.drafted > 0, arch
+
+
 def test_corrected_tokens_carry_what_the_head_proposed(engines):
     arch, spec, plain, head = engines
     prompt = spec.target.tokenize("The weather today", add_special=True, parse_special=False)
