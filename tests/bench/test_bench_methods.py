@@ -24,7 +24,7 @@ def bench(home: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_every_method_is_a_choice():
-    assert names() == ["chain", "tree", "lookahead", "text", "self", "auto"]
+    assert names() == ["chain", "tree", "lookahead", "text", "self", "mtp", "auto"]
 
 
 def test_chain_and_tree_set_the_trees_the_bench_runs(demo_models, tmp_path):
@@ -83,3 +83,19 @@ def test_self_makes_a_draft_from_the_target_and_auto_then_uses_it(demo_models, t
     assert json.loads(auto.stdout)["method"] == "auto"
     assert f"method auto: self, {drafts[0].name}" in auto.stderr
     assert list((home / "data" / "drafts").glob("*.gguf")) == drafts  # reused, not made again
+
+
+def test_mtp_drafts_with_the_targets_own_head_and_auto_picks_it(mtp_models, demo_models, tmp_path):
+    home = tmp_path / "home"
+    prompts = tmp_path / "one.jsonl"
+    prompts.write_text(json.dumps({"prompt": "Name three colours."}) + "\n")
+    common = ["--prompts", str(prompts), "--max-tokens", "8", "--draft-max", "3", "--repeat", "1", "--json"]
+    for method, said in (("mtp", "method mtp: the target's own MTP head (1 layer), no draft model"),
+                         ("auto", "method auto: mtp, the target's own MTP head")):
+        run = bench(home, "--method", method, "--target", str(mtp_models["qwen35"]), *common)
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert json.loads(run.stdout)["method"] == method and said in run.stderr, run.stderr[-2000:]
+    # A target with no head: one line, no traceback.
+    none = bench(home, "--method", "mtp", "--target", str(demo_models.target), *common)
+    assert none.returncode != 0 and none.stderr.splitlines() == [
+        f"tandem: error: --method mtp: {demo_models.target.name}: it has no MTP head"]
