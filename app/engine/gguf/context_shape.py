@@ -34,8 +34,11 @@ def flash_attention(choice: str, *, gpu: bool, exact: bool) -> bool | None:
 
     On a GPU, auto is llama.cpp's choice. On a CPU (and on RPC workers, whose device kind
     ggml's RPC does not report), llama.cpp's flash-attention kernel makes batched
-    verification slower as the context grows (9 tokens after 1,000: 59 ms without it, 98
-    ms with it; demo target, 2 threads), so auto turns it off, except where ``exact``
+    verification slower as the context grows (9 tokens after 3,000: 80 ms without it, 162
+    ms with it; one step 26 against 33 ms; demo target, 2 threads) and reads the prompt
+    only a little faster (3,000 tokens: 10.3 s against 11.0), so over a whole turn (one
+    prompt, then dozens of verifications: ``tools/phase_costs.py``) auto turns it off,
+    except where ``exact``
     asks for batched logits identical to single-token ones: without flash attention, a
     quantised model's batched logits come out up to ~1 apart from its single-token ones
     (activations are rounded to 8 bits, so the attention's different summation order

@@ -72,6 +72,10 @@ class Drafter(Protocol):
     def prepare(self, context: Sequence[int]) -> None:
         """Process a new prompt ahead of the first proposal."""
 
+    def unread(self, context: Sequence[int]) -> int:
+        """Tokens of ``context`` that ``prepare`` would read (its cost before a first
+        guess): where they are many, the engine writes the first token before it reads."""
+
     def drafts_now(self, plain_seconds: float | None, adapts: bool) -> bool:
         """Does this round draft? (Asked once a round the plan drafts in; ``adapts``: the
         draft length is auto's, else the user fixed one.)"""
@@ -116,6 +120,9 @@ class DrafterDefaults:
 
     def drafts_now(self, plain_seconds: float | None, adapts: bool) -> bool:
         return True
+
+    def unread(self, context: Sequence[int]) -> int:
+        return 0
 
     def rider(self, room: int, branches: int, plain_seconds: float | None) -> Rider | None:
         return None

@@ -32,8 +32,11 @@ from app.engine.types import DrafterKind, SamplingConfig
 # The most of a long prompt the draft model reads: its tail. The draft guesses the next
 # few tokens and the target judges every one, so what it reads changes how often it is
 # right, never the reply; reading all of a context-filling prompt doubled the prompt's
-# cost (the target reads it anyway) for little better guessing.
-DRAFT_WINDOW = 1024
+# cost (the target reads it anyway) for little better guessing. On a CPU a small draft
+# reads a prompt token about as slowly as the target (the demo draft, Q4_1: 4.1 ms
+# against the F32 target's 3.7), so its 1,024 tokens cost a cold 3,500-token agent turn
+# 4 s; 256 cost 1 s, and the replies decoded as fast (docs/performance.md, "Long prompts").
+DRAFT_WINDOW = 256
 
 
 class ModelDrafter(DrafterDefaults):
@@ -65,6 +68,10 @@ class ModelDrafter(DrafterDefaults):
             started = time.perf_counter()
             self.model.evaluate(pending[:-1], [])
             self.seconds += time.perf_counter() - started
+
+    def unread(self, context: Sequence[int]) -> int:
+        context = context[self._start(context):]
+        return len(context) - min(common_prefix(self.model.tokens, context), len(context) - 1)
 
     def propose(self, context: Sequence[int], n_max: int, sampling: SamplingConfig,
                 rng: np.random.Generator, p_min: float,

@@ -96,6 +96,10 @@ from app.engine.types import SPECULATION_OFF, SamplingConfig, SpecConfig, Stats,
 COPY_WHEN_PLAIN = 8  # tokens a copy may take in a round the policy plans as a plain step
 COPY_MOST = 16       # with auto, a match reaching 2n tokens back may copy n, up to this
 PAUSE_EVERY = 512    # prompt tokens evaluated between two calls of generate's ``pause``
+# A drafter with more of the prompt than this to read reads it after the first token: the
+# first round is the target's alone (a copy may still ride). Its reading delayed the first
+# token of a cold 3,500-token agent turn by 4 s and of a follow-up by 0.5 s (issue 48).
+READ_BEFORE_FIRST_TOKEN = 32
 
 
 class Generation:
@@ -143,6 +147,8 @@ class _Reply:
     clock: Callable[[], float] | None
     # This reply's verifications of two tokens or more, by size (Stats.plain_step_seconds).
     batch_steps: dict[int, RecentCost] = field(default_factory=dict)
+    # The drafter reads the prompt once the first token is out (READ_BEFORE_FIRST_TOKEN).
+    reads_later: bool = False
 
     @property
     def trees(self) -> bool:
@@ -249,8 +255,11 @@ class SpeculativeEngine:
         draft_seconds0 = drafter.seconds
         started = time.perf_counter()
         emitted = 0
+        read_later = 0.0  # the drafter's reading of the prompt, after the first token
         try:
             while True:
+                if reply.reads_later and emitted:
+                    read_later = self._read_later(committed, reply)
                 room = min(reply.max_tokens - emitted, target.n_ctx - len(committed))
                 if room <= 0:
                     stats.stop_reason = StopReason.MAX_TOKENS if emitted >= reply.max_tokens else StopReason.CONTEXT_FULL
@@ -274,10 +283,10 @@ class SpeculativeEngine:
                         return
                     emitted += 1
                     stats.tokens = emitted
-                    stats.seconds = time.perf_counter() - started
+                    stats.seconds = time.perf_counter() - started - read_later
                     yield event
         finally:
-            stats.seconds = time.perf_counter() - started
+            stats.seconds = time.perf_counter() - started - read_later
             stats.plain_step_seconds = plain_step_estimate(self._plain_steps.value, reply.batch_steps)
             stats.draft_seconds = drafter.seconds - draft_seconds0
             drafter.report(stats)
@@ -305,7 +314,7 @@ class SpeculativeEngine:
         if copy_length >= spec.draft_min:
             draft = self._copy(committed, copy_length, reply, drafter.copies_context, room - 1)
             step.copied = len(draft) > 0
-            if (not step.copied and plan.length >= spec.draft_min
+            if (not step.copied and plan.length >= spec.draft_min and not reply.reads_later
                     and drafter.drafts_now(self._plain_steps.value, policy.adapts)):
                 step.proposed = True
                 # Under a constraint a drafter drafts with its own fork of it.
@@ -444,8 +453,21 @@ class SpeculativeEngine:
             # it drafted at a loss until a plain round happened to measure one.
             reply.policy.observe_verify(1, step)
         reply.stats.prompt_eval_tokens = len(rest) + 1
-        reply.drafter.prepare(committed)
+        if reply.drafter.unread(committed) > READ_BEFORE_FIRST_TOKEN:
+            reply.reads_later = True
+        else:
+            reply.drafter.prepare(committed)
         return paused
+
+    def _read_later(self, committed: list[int], reply: _Reply) -> float:
+        """The drafter reads the prompt (and the first round) now that the first token is
+        out; its seconds count as the prompt's, not the decoding's."""
+        started = time.perf_counter()
+        reply.reads_later = False
+        reply.drafter.prepare(committed)
+        seconds = time.perf_counter() - started
+        reply.stats.prompt_seconds += seconds
+        return seconds
 
     def _events(self, draft: Draft, n_accepted: int, token: int,
                 detok: StreamingDetokenizer, choice: TargetRows | _NoRows) -> Iterator[TokenEvent]:

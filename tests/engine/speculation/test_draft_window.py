@@ -1,14 +1,15 @@
 """A long prompt: the draft model reads only its tail (``ModelDrafter.reads_at_most``),
 so a context-filling history is read once by the target rather than twice; the reply
 is the same (the target judges every drafted token), and a prompt grown by a turn is
-read by the draft from where it began reading."""
+read by the draft from where it began reading. Where the draft has more than
+``READ_BEFORE_FIRST_TOKEN`` tokens to read, it reads them after the first token."""
 
 from __future__ import annotations
 
 from app.engine.prompting.chat import build_messages, chat_tokens
 from app.engine.speculation.drafters import ModelDrafter
-from app.engine.speculation.speculative import SpeculativeEngine
-from app.engine.types import SamplingConfig, SpecConfig
+from app.engine.speculation.speculative import READ_BEFORE_FIRST_TOKEN, SpeculativeEngine
+from app.engine.types import SamplingConfig, SpecConfig, TokenKind
 
 
 def _history(turns: int) -> list[tuple[str, str]]:
@@ -27,7 +28,7 @@ def test_the_draft_reads_the_tail_and_the_reply_is_the_same(q41_target, q40_draf
     assert generation.stats.drafted > 0
     assert len(q40_draft.tokens) <= 64 + 16 + 8  # the tail and the reply, not the whole prompt
     offset = drafter._offset
-    assert offset == len(prompt) - 64
+    assert offset == len(prompt) + 1 - 64  # it read once the first token was out: that token's tail
     grown = prompt + [e.id for e in windowed] + chat_tokens(q41_target, build_messages(_history(3)))[-20:]
     drafter.prepare(grown)
     assert drafter._offset == offset  # still reading from where it began: only the new turn is read
@@ -38,3 +39,38 @@ def test_a_short_prompt_is_read_whole(q41_target, q40_draft):
     drafter = ModelDrafter(q40_draft, q41_target.n_vocab, eog_ids=q41_target.eog_ids)
     drafter.prepare(prompt)
     assert drafter._offset == 0 and q40_draft.tokens == prompt[:-1]
+
+
+def _first_then_rest(generation) -> tuple[int, list[int]]:
+    """(guesses drafted when the first token came out, every token's id)."""
+    events = iter(generation)
+    first = next(events)
+    drafted_then = generation.stats.drafted
+    return drafted_then, [first.id] + [e.id for e in events]
+
+
+def test_a_long_prompt_gives_its_first_token_before_the_draft_reads_it(q41_target, q40_draft):
+    prompt = chat_tokens(q41_target, build_messages(_history(41)))
+    q40_draft.trim(0)
+    drafter = ModelDrafter(q40_draft, q41_target.n_vocab, eog_ids=q41_target.eog_ids)
+    assert drafter.unread(prompt) > READ_BEFORE_FIRST_TOKEN
+    plain = SpeculativeEngine(q41_target).generate(prompt, SamplingConfig(), SpecConfig(enabled=False), 24).run()
+    engine = SpeculativeEngine(q41_target, drafter)
+    generation = engine.generate(prompt, SamplingConfig(), SpecConfig(draft_max=4), 24)
+    events = iter(generation)
+    first = next(events)
+    # The first round was the target's alone, and the draft had read nothing yet.
+    assert first.kind == TokenKind.PLAIN and generation.stats.drafted == 0
+    assert q40_draft.tokens == []
+    rest = [e.id for e in events]
+    assert [first.id] + rest == [e.id for e in plain]
+    assert generation.stats.drafted > 0 and generation.stats.accepted > 0  # it drafted from the second round
+    assert drafter.unread(prompt + [e.id for e in plain]) <= 1
+
+    # A follow-up that adds little: the draft reads it before the first token and drafts at once.
+    grown = prompt + [e.id for e in plain] + chat_tokens(q41_target, build_messages(_history(3)))[-12:]
+    assert drafter.unread(grown) <= READ_BEFORE_FIRST_TOKEN
+    plain = SpeculativeEngine(q41_target).generate(grown, SamplingConfig(), SpecConfig(enabled=False), 16).run()
+    drafted_then, ids = _first_then_rest(engine.generate(grown, SamplingConfig(), SpecConfig(draft_max=4), 16))
+    assert drafted_then > 0
+    assert ids == [e.id for e in plain]
