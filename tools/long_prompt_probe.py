@@ -74,7 +74,7 @@ def start(system: str, a: argparse.Namespace) -> tuple[subprocess.Popen, str]:
     log = os.path.join(tempfile.gettempdir(), f"long-prompt-{system}.log")
     if system == "llama-server":
         cmd = [a.server, "-m", a.target or a.demo_target, "--port", str(port), "-t", str(a.threads),
-               "-tb", str(a.threads), "-c", str(a.ctx), "-np", "1", "--no-webui"]
+               "-tb", str(a.threads), "-c", str(a.ctx), "-np", "1", "--no-webui", *a.server_extra.split()]
     else:
         cmd = [a.python, "-m", "app", "serve", "--port", str(port), "--n-ctx", str(a.ctx),
                "--threads", str(a.threads)]
@@ -149,6 +149,7 @@ def main() -> None:
     ap.add_argument("--interleave", action="store_true", help="another client's request before each follow-up")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--tandem-extra", default="", help="more arguments for tandem serve")
+    ap.add_argument("--server-extra", default="", help="more arguments for llama-server (e.g. '-fa off')")
     ap.add_argument("--out", help="write the figures here as JSON")
     ap.add_argument("--baseline", help="llama-server's figures from an earlier --out, instead of running it again")
     a = ap.parse_args()

@@ -10,7 +10,8 @@ this loop between tokens).
 
 Consecutive requests share the target's KV cache: the engine keeps whatever prefix
 of the new prompt the cache already holds (``SpeculativeEngine._prefill``), so an
-agent that resends its history evaluates only what it added. Stop sequences are
+agent that resends its history evaluates only what it added; clients taking turns each
+find their conversation again (``prompt_cache``). Stop sequences are
 matched here, on the reply's text, so a reply ends at its stop string without
 writing one token more.
 """
@@ -34,6 +35,7 @@ from app.errors import TandemError
 from app.server.errors import ApiError, server_error
 from app.server.requests import JobSpec
 from app.server.interleave import Interleave
+from app.server.prompt_cache import PromptCache
 from app.server.tools import CallItem, ToolReader
 from app.server.structured import token_entry
 
@@ -117,6 +119,10 @@ class JobRunner:
     keeps the recent requests. Where the jobs wait is the subclass's: ``EngineWorker``
     has its own thread and queue, a window hands them to its engine thread."""
 
+    # Conversations kept beside the cache's (``app/server/prompt_cache.py``): only where the
+    # runner owns its session for good (a window's engine also chats and reloads).
+    prompt_cache: PromptCache | None = None
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._arrivals = itertools.count(1)
@@ -149,15 +155,15 @@ class JobRunner:
             if job.cancel.is_set():
                 job.push(_skipped(job))
             else:
-                self._run(session, job, next(self._served), getattr(self, "interleave", None))
+                self._run(session, job, next(self._served), getattr(self, "interleave", None), self.prompt_cache)
         finally:
             with self._lock:
                 self._jobs_by_arrival.pop(job.arrival, None)
 
-    def _run(self, session, job: Job, served: int, interleave=None) -> None:
+    def _run(self, session, job: Job, served: int, interleave=None, prompt_cache=None) -> None:
         queued = time.perf_counter() - job.enqueued
         try:
-            outcome = _reply(session, job, served, queued, interleave)
+            outcome = _reply(session, job, served, queued, interleave, prompt_cache)
         except RenderStopped:
             outcome = _skipped(job)
         except ContextOverflowError as exc:
@@ -224,6 +230,7 @@ class EngineWorker(JobRunner):
         self._thread = threading.Thread(target=self._main, name="tandem-engine", daemon=True)
         self.session = None
         self.interleave: Interleave | None = None  # short jobs served while a long prompt is read
+        self.prompt_cache = PromptCache()
 
     def start(self):
         """Load the models (on the worker thread) and return the loaded ``ChatSession``;
@@ -279,7 +286,7 @@ def _skipped(job: Job) -> Outcome:
     return Outcome("cancelled", 0, 0, 0, Stats(), Counter(), job.arrival, 0, time.perf_counter() - job.enqueued)
 
 
-def _reply(session, job: Job, served: int, queued: float, interleave=None) -> Outcome:
+def _reply(session, job: Job, served: int, queued: float, interleave=None, prompt_cache=None) -> Outcome:
     spec = job.spec
     if spec.kind == "chat":
         extra = {"tools": spec.tools} if spec.tools is not None else {}
@@ -293,8 +300,11 @@ def _reply(session, job: Job, served: int, queued: float, interleave=None) -> Ou
     plan = getattr(prompt, "tools", None)
     if plan is not None and spec.tools is not None and spec.tools.constrained:
         extra["tool_request"] = spec.tools
-    if interleave is not None and not interleave.inside:
+    inside = interleave is not None and interleave.inside
+    if interleave is not None and not inside:
         extra["pause"] = interleave.pause
+    if prompt_cache is not None and not inside and hasattr(session.target, "save_cache"):
+        prompt_cache.before(session.target, prompt.tokens)  # another client's conversation, put back
     generation = session.generate(prompt, spec.sampling, spec.spec, spec.max_tokens, job.cancel, **extra)
     reader = ToolReader(plan, session.target, constrained="tool_request" in extra) if plan is not None else None
     matcher = StopMatcher(spec.stop)
