@@ -127,8 +127,10 @@ def estimate_for(model: ModelFile, n_ctx: int, *, draft: bool, flash_attention: 
                  gpu: bool = False, tensors: list | None = None) -> MemoryEstimate:
     """A model's memory with the context Tandem would create for it at ``n_ctx``;
     ``tensors``: ``all_tensors(model)``, when the caller has read them already."""
+    window = model.hparams.get("attention.sliding_window")
     shape = context_shape(model.memory_kind, model.architecture, model.file_type, n_ctx, draft=draft,
-                          flash=flash_attention, gpu=gpu)
+                          flash=flash_attention, gpu=gpu,
+                          windowed=isinstance(window, int) and not isinstance(window, bool) and window > 0)
     return estimate_memory(all_tensors(model) if tensors is None else tensors, model.hparams, model.n_vocab, shape, memory_kind=model.memory_kind)
 
 

@@ -304,8 +304,9 @@ class Settings:
     n_threads: int = option(0, "CPU threads (0: adaptive, fewer while other programs keep cores busy).",
                             _integer(0, 1024))
     flash_attention: Literal["auto", "on", "off"] = option(
-        "auto", "Flash attention: 'auto' (off on a CPU, where it reads a long prompt a few percent "
-        "faster but verifies drafts after it twice as slowly; llama.cpp's choice on a GPU), 'on' or 'off'.",
+        "auto", "Flash attention: 'auto' (on a CPU off, where it reads a long prompt a few percent "
+        "faster but verifies drafts after it twice as slowly, and on for a quantised target or a "
+        "sliding-window model, where it wins; llama.cpp's choice on a GPU), 'on' or 'off'.",
         _one_of("auto", "on", "off"))
     rpc_workers: str = option(
         "", "llama.cpp RPC workers the target's layers are split over, host:port separated by commas "

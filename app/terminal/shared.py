@@ -49,7 +49,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, in_command: bool = T
                             "programs keep cores busy; N: always N)")
     group.add_argument("--flash-attn", choices=["auto", "on", "off"], default=default("auto"),
                        help="flash attention (default: auto: off on a CPU, where it reads a long prompt a few "
-                            "percent faster but verifies drafts after it twice as slowly)")
+                            "percent faster but verifies drafts after it twice as slowly; on for a "
+                            "quantised target or a sliding-window model such as Gemma 3)")
     group.add_argument("--gpu-layers", "-ngl", "--n-gpu-layers", type=gpu_layers_value, metavar="N|auto",
                        default=default("auto"),
                        help="target layers offloaded to the GPU (default: auto, as many as fit beside the draft, "

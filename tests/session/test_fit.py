@@ -247,3 +247,20 @@ def test_a_split_model_counts_every_part(tmp_path, demo_models):
     write(tmp_path / "m-00002-of-00002.gguf", [("blk.1.ffn_up.weight", 3000)], tokenizer=False)
     estimate = estimate_for(open_model_file(first), 1024, draft=False)
     assert [layer.weights for layer in estimate.layers] == [4000, 12000]
+
+
+def test_auto_flash_attention_on_a_cpu_is_on_for_a_windowed_model_and_off_for_a_float_one(gemma_files, demo_models):
+    from app.backends.llama.backend import LlamaBackend
+    from app.engine.gguf.model_file import open_model_file
+
+    f16, _q4 = gemma_files
+    # Gemma 3 attends through a sliding window: flash attention wins every phase there.
+    assert estimate_for(open_model_file(f16), 4096, draft=False).shape.flash_attn is True
+    # The demo target (F32, full attention): off, verification after a long prompt is dearer with it.
+    assert estimate_for(open_model_file(demo_models.target), 4096, draft=False).shape.flash_attn is False
+    for path, on in ((f16, True), (demo_models.target, False)):  # the load decides as the estimate did
+        model = LlamaBackend(path, n_ctx=512, n_gpu_layers=0)
+        try:
+            assert model.flash_attention is on
+        finally:
+            model.close()

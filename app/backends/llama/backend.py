@@ -139,7 +139,11 @@ class LlamaBackend(VocabularyReader):
         cparams.no_perf = True
         float_weights = self.model_file.file_type in FLOAT_FILE_TYPES
         cparams.flash_attn_type = _flash_attn_type(flash_attention, mparams.n_gpu_layers,
-                                                   exact=exact_batches and not float_weights)
+                                                   exact=exact_batches and not float_weights,
+                                                   windowed=ll.llama_model_n_swa(self._model) > 0)
+        # Whether its context runs flash attention (None: llama.cpp's own choice, on a GPU).
+        self.flash_attention = {ll.LLAMA_FLASH_ATTN_TYPE_ENABLED: True,
+                                ll.LLAMA_FLASH_ATTN_TYPE_DISABLED: False}.get(cparams.flash_attn_type)
         self._ctx = ll.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             self.close()
@@ -525,9 +529,9 @@ class LlamaBackend(VocabularyReader):
         self._snapshot_span = (base, base + len(chunk))
 
 
-def _flash_attn_type(choice: str, n_gpu_layers: int, *, exact: bool) -> int:
+def _flash_attn_type(choice: str, n_gpu_layers: int, *, exact: bool, windowed: bool = False) -> int:
     """llama.cpp's flash-attention type for ``choice`` ('auto', 'on' or 'off'), decided by
     ``app.engine.gguf.context_shape.flash_attention`` (which says why)."""
-    on = flash_attention(choice, gpu=rpc.has_local_gpu() and n_gpu_layers > 0, exact=exact)
+    on = flash_attention(choice, gpu=rpc.has_local_gpu() and n_gpu_layers > 0, exact=exact, windowed=windowed)
     return (ll.LLAMA_FLASH_ATTN_TYPE_AUTO if on is None else
             ll.LLAMA_FLASH_ATTN_TYPE_ENABLED if on else ll.LLAMA_FLASH_ATTN_TYPE_DISABLED)

@@ -27,10 +27,11 @@ FLOAT_FILE_TYPES = frozenset({0, 1, 32})
 FLASH_ATTENTION = ("auto", "on", "off")
 
 
-def flash_attention(choice: str, *, gpu: bool, exact: bool) -> bool | None:
+def flash_attention(choice: str, *, gpu: bool, exact: bool, windowed: bool = False) -> bool | None:
     """Whether a context runs flash attention: True, False, or None for llama.cpp's own
     choice. ``gpu``: its layers are on a GPU of this machine; ``exact``: batched logits
-    must equal single-token ones.
+    must equal single-token ones; ``windowed``: the model attends through a sliding
+    window (Gemma 2/3, gpt-oss, Cohere 2 ...).
 
     On a GPU, auto is llama.cpp's choice. On a CPU (and on RPC workers, whose device kind
     ggml's RPC does not report), llama.cpp's flash-attention kernel makes batched
@@ -45,7 +46,12 @@ def flash_attention(choice: str, *, gpu: bool, exact: bool) -> bool | None:
     grows), enough to flip near-ties between verification and plain decoding; with it
     they match bit for bit. (Unquantised weights are the other way round: without flash
     attention they are the closer, 0.01 apart against 0.03, so ``exact`` is not asked
-    for them.)"""
+    for them.)
+
+    A windowed model is the other way round on a CPU: most of its layers attend to at
+    most the window, so the kernel's cost stops growing with the context, and it wins
+    every phase (Gemma 3 270M F16, 3,500 tokens: reading 7.1 s against 9.0, verifying 9
+    tokens 77 ms against 82, one step 23 ms against 27), so auto turns it on."""
     if choice == "on":
         return True
     if choice == "off":
@@ -54,12 +60,12 @@ def flash_attention(choice: str, *, gpu: bool, exact: bool) -> bool | None:
         raise ValueError(f"flash attention must be 'auto', 'on' or 'off', not {choice!r}")
     if gpu:
         return None
-    return exact
+    return exact or windowed
 
 
 def context_shape(memory_kind: str, architecture: str, file_type: int | None, n_ctx: int, *,
                   draft: bool, flash: str = "auto", gpu: bool = False,
-                  rs_snapshots: int | None = None) -> ContextShape:
+                  rs_snapshots: int | None = None, windowed: bool = False) -> ContextShape:
     """The context for a model of ``memory_kind`` and ``architecture`` as a target (or a
     ``draft``): its batch, its sequences, its snapshots and its flash attention.
     ``rs_snapshots``: snapshots to ask for (None: ``RS_SNAPSHOTS`` for a target, none
@@ -72,6 +78,6 @@ def context_shape(memory_kind: str, architecture: str, file_type: int | None, n_
     # llama.cpp clamps the snapshots to 0 on an architecture that has none.
     n_rs_seq = snapshots if not attention and architecture in RS_ROLLBACK else 0
     exact = not draft and file_type not in FLOAT_FILE_TYPES
-    fa = flash_attention(flash, gpu=gpu, exact=exact)
+    fa = flash_attention(flash, gpu=gpu, exact=exact, windowed=windowed)
     return ContextShape(n_ctx=n_ctx, n_batch=batch, n_ubatch=batch, n_seq_max=TREE_BRANCHES if attention else 1,
                         n_rs_seq=n_rs_seq, flash_attn=True if fa is None else fa)

@@ -64,7 +64,7 @@ HYPERPARAMETERS = frozenset({
     "attention.head_count_kv", "attention.key_length", "attention.value_length", "attention.kv_lora_rank",
     "rope.dimension_count", "nextn_predict_layers", "ssm.conv_kernel", "ssm.inner_size", "ssm.state_size",
     "ssm.group_count", "wkv.head_size", "token_shift_count", "shortconv.l_cache", "expert_used_count",
-    "expert_feed_forward_length",
+    "expert_feed_forward_length", "attention.sliding_window",
 })
 
 

@@ -63,6 +63,8 @@ def test_flash_attention_choice():
     # On the CPU: off, where it only costs speed; on, where batches must match single tokens.
     assert _flash_attn_type("auto", 0, exact=False) == ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
     assert _flash_attn_type("auto", 0, exact=True) == ll.LLAMA_FLASH_ATTN_TYPE_ENABLED
+    # A sliding window bounds what most layers attend to: on, it wins every phase.
+    assert _flash_attn_type("auto", 0, exact=False, windowed=True) == ll.LLAMA_FLASH_ATTN_TYPE_ENABLED
     from app.backends.llama import rpc
 
     # llama_supports_gpu_offload says yes for any build with RPC in it, GPU or not: the
