@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from typing import Sequence
+from typing import Callable, Sequence
 
 from app.engine.speculation.drafters import common_prefix
+from app.session.fit import available_ram
 
 log = logging.getLogger(__name__)
 
 # The most bytes of kept caches (system memory), and the most caches. llama-server keeps 8 GiB.
+# A copy is also never more than a quarter of the memory free when it is made.
 BUDGET_BYTES = 4 << 30
 MOST = 8
 # A cache is kept only where a new prompt would throw away at least this many of its
@@ -36,8 +38,9 @@ WORTH = 256
 class PromptCache:
     """The kept caches of one target: ``before(target, prompt)`` before each reply."""
 
-    def __init__(self, budget_bytes: int = BUDGET_BYTES, most: int = MOST) -> None:
-        self.budget_bytes, self.most = budget_bytes, most
+    def __init__(self, budget_bytes: int = BUDGET_BYTES, most: int = MOST,
+                 free_memory: Callable[[], int] = available_ram) -> None:
+        self.budget_bytes, self.most, self._free = budget_bytes, most, free_memory
         self._kept: OrderedDict[int, tuple[list[int], object]] = OrderedDict()  # oldest first
         self._next = 0
         self.restored = self.stored = 0  # for /health and the tests
@@ -84,8 +87,8 @@ class PromptCache:
         except Exception as exc:  # noqa: BLE001 (not kept: it would be read again, as before)
             log.warning("the conversation in the cache could not be kept: %s", exc)
             return
-        if _size(saved) > self.budget_bytes:
-            return
+        if _size(saved) > min(self.budget_bytes, self._free() // 4):
+            return  # (let go: it would crowd out what the machine needs)
         self._kept[self._next] = (held, saved)
         self._next += 1
         self.stored += 1
