@@ -43,7 +43,7 @@ class PromptCache:
         self.budget_bytes, self.most, self._free = budget_bytes, most, free_memory
         self._kept: OrderedDict[int, tuple[list[int], object]] = OrderedDict()  # oldest first
         self._next = 0
-        self.restored = self.stored = 0  # for /health and the tests
+        self.restored = self.stored = 0  # copies put back and taken, since it began
 
     @property
     def held_bytes(self) -> int:
@@ -66,13 +66,13 @@ class PromptCache:
         if len(held) - here >= WORTH:
             self._keep(target)
         if best_key is not None:
-            tokens, saved = self._kept.pop(best_key)
             try:
-                target.restore_cache(saved)
+                target.restore_cache(self._kept[best_key][1])
             except Exception as exc:  # noqa: BLE001 (llama.cpp said no: read the prompt instead)
                 log.warning("a kept conversation could not be put back: %s", exc)
+                del self._kept[best_key]
                 return common_prefix(target.tokens, prompt)
-            self._kept[best_key] = (tokens, saved)  # still valid: most recently used now
+            self._kept.move_to_end(best_key)  # still valid: most recently used now
             self.restored += 1
             return there
         return here
@@ -95,10 +95,7 @@ class PromptCache:
         while len(self._kept) > self.most or self.held_bytes > self.budget_bytes:
             self._kept.popitem(last=False)
 
-    def clear(self) -> None:
-        self._kept.clear()
-
 
 def _size(saved) -> int:
     """Bytes of a ``save_cache`` copy: its state's length (the third field)."""
-    return int(saved[2]) if isinstance(saved, tuple) and len(saved) > 2 else 0
+    return int(saved[2])

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from app.engine.errors import EngineError
 from app.engine.gguf.context_shape import context_shape
-from app.engine.gguf.memory_estimate import MemoryEstimate, estimate_memory
+from app.engine.gguf.memory_estimate import MemoryEstimate, estimate_memory, windowed
 from app.engine.gguf.memory_plan import AUTO, GpuLayers, ModelPlan, PairPlan, plan_with_context
 from app.engine.gguf.model_file import ModelFile, open_model_file
 
@@ -127,10 +127,8 @@ def estimate_for(model: ModelFile, n_ctx: int, *, draft: bool, flash_attention: 
                  gpu: bool = False, tensors: list | None = None) -> MemoryEstimate:
     """A model's memory with the context Tandem would create for it at ``n_ctx``;
     ``tensors``: ``all_tensors(model)``, when the caller has read them already."""
-    window = model.hparams.get("attention.sliding_window")
     shape = context_shape(model.memory_kind, model.architecture, model.file_type, n_ctx, draft=draft,
-                          flash=flash_attention, gpu=gpu,
-                          windowed=isinstance(window, int) and not isinstance(window, bool) and window > 0)
+                          flash=flash_attention, gpu=gpu, windowed=windowed(model.hparams))
     return estimate_memory(all_tensors(model) if tensors is None else tensors, model.hparams, model.n_vocab, shape, memory_kind=model.memory_kind)
 
 

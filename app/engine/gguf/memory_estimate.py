@@ -236,6 +236,12 @@ def estimate_memory(tensors: Sequence[Any], hparams: Mapping[str, Any], n_vocab:
         output_buffer=n_vocab * max(1, shape.n_seq_max) * FLOAT_BYTES, checkpoints=checkpoints, shape=shape)
 
 
+def windowed(hparams: Mapping[str, Any]) -> bool:
+    """Whether the model attends through a sliding window (a size in
+    ``attention.sliding_window``; a hostile value is none)."""
+    return bool(_size(hparams.get("attention.sliding_window")))
+
+
 def _size(value: Any) -> int | None:
     """A size from a header: a whole number from 0 up (a bool, a float, a negative or an
     absurd number from a hostile file is no size; llama.cpp reads these as 32 bits)."""
