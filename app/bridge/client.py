@@ -60,7 +60,10 @@ class Engine(Protocol):
 
     def generate(self, history: Sequence[tuple[str, str]], *, system_prompt: str = "",
                  sampling: SamplingConfig = ..., spec: SpecConfig = ..., max_tokens: int = 256,
-                 replaced: Sequence[str] = ()) -> int: ...
+                 replaced: Sequence[str] = (), chat: int | None = None) -> int:
+        """``chat``: the history's id of the chat it answers (its cache is kept on disk
+        while others use the engine, where the engine can); None for other requests."""
+        ...
 
     def check_speculation(self) -> None: ...
 

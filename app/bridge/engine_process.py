@@ -147,7 +147,7 @@ class EngineProcessClient(QObject):
 
     def generate(self, history: Sequence[tuple[str, str]], *, system_prompt: str = "",
                  sampling: SamplingConfig = SamplingConfig(), spec: SpecConfig = SpecConfig(),
-                 max_tokens: int = 256, replaced: Sequence[str] = ()) -> int:
+                 max_tokens: int = 256, replaced: Sequence[str] = (), chat: int | None = None) -> int:
         request_id = next(self._request_ids)
         was_busy = self.busy
         self._active.add(request_id)
@@ -158,7 +158,7 @@ class EngineProcessClient(QObject):
                                                                   "restart it (Chat → Restart engine).")))
         else:
             self._link.send(p.Generate(request_id, tuple(history), system_prompt, sampling, spec, max_tokens,
-                                       tuple(replaced)))
+                                       tuple(replaced), chat))
         return request_id
 
     def check_speculation(self) -> None:

@@ -322,7 +322,7 @@ class EngineClient(QObject):
 
     def generate(self, history: Sequence[tuple[str, str]], *, system_prompt: str = "",
                  sampling: SamplingConfig = SamplingConfig(), spec: SpecConfig = SpecConfig(),
-                 max_tokens: int = 256, replaced: Sequence[str] = ()) -> int:
+                 max_tokens: int = 256, replaced: Sequence[str] = (), chat: int | None = None) -> int:
         """Queue a reply to ``history``; returns the id its signals will carry. ``replaced``:
         the replies it replaces (Regenerate's old reply), for copying repeats to copy from.
 

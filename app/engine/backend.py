@@ -7,6 +7,7 @@ and roll back rejected drafts with ``trim``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -116,3 +117,27 @@ def borrow_tree(backend: TreeBackend, tokens: Sequence[int], parents: Sequence[i
     if getattr(backend, "lends_logits", False):
         return backend.evaluate_tree(tokens, parents, borrow=True)
     return backend.evaluate_tree(tokens, parents)
+
+
+@dataclass(frozen=True)
+class CacheImage:
+    """What a backend's cache holds, as plain data that can go to a file and come back
+    (``app/session/chat_states.py``): its tokens, llama.cpp's sequence state, the rows an
+    MTP head reads (rows, known) if it has one, and what the state only fits
+    (``identity``: the model file, context size, flash attention, llama.cpp's version)."""
+
+    tokens: list[int]
+    state: bytes
+    identity: dict
+    rows: tuple[np.ndarray, np.ndarray] | None = None
+
+
+class ImageBackend(ModelBackend, Protocol):
+    """A backend whose cache can be saved as a ``CacheImage`` and put back."""
+
+    cache_identity: dict
+
+    def cache_image(self) -> CacheImage: ...
+
+    def load_cache_image(self, image: CacheImage) -> None:
+        """Make the cache what ``image`` held; raises where llama.cpp refuses it."""

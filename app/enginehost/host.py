@@ -29,8 +29,9 @@ from app.engine.prompting.chat import RenderStopped
 from app.engine.types import Stats, StopReason
 from app.errors import TandemError, one_line
 from app.session import protocol as p
+from app.session.chat_states import ChatStates
 from app.session.loading import LoadCancelled, chat_format_names, load_session
-from app.storage import load_marker
+from app.storage import load_marker, paths
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +165,8 @@ class EngineHost:
         self._cancels: dict[int, threading.Event] = {}
         self._lock = threading.Lock()
         self.session = None
+        # Each chat's cache, kept on disk while another uses the engine (app/session/chat_states.py).
+        self.chat_states = ChatStates(paths.chat_states_dir())
         self.wanted_load = 0       # written by the reader: the newest load asked for
         self._step_at: float | None = None  # when the engine thread last made progress (None: idle)
         from app.enginehost.serving import EngineServer
@@ -262,6 +265,7 @@ class EngineHost:
             self.out.put(p.Failed(rid, one_line(exc)))
             return
         abort_after, hang_after = self._hooks.abort_after, self._hooks.hang_after
+        self.chat_states.before(session.target, message.chat, prompt.tokens)
         try:
             generation = session.generate(prompt, message.sampling, message.spec, message.max_tokens, cancel,
                                           replaced=message.replaced)
@@ -301,9 +305,17 @@ class EngineHost:
         except Exception as exc:  # noqa: BLE001
             self.out.put(p.Checked(one_line(exc)))
 
+    def lend_cache(self) -> None:
+        """Before something that is not a chat's reply uses the cache (a served request):
+        the chat it holds goes to disk first."""
+        if self.session is not None:
+            self.chat_states.before(self.session.target, None, ())
+
     def _close_models(self) -> None:
         if self.session is not None:
             session, self.session = self.session, None
+            self.chat_states.park(session.target)
+            self.chat_states.release()
             session.close()
 
     # --- the reader thread --------------------------------------------------------------------

@@ -21,7 +21,8 @@ class EngineServer:
         self._host = host
         self._lock = threading.Lock()  # one start or stop at a time
         self._server = None
-        self.jobs = HandedJobs(lambda serve: host.submit(lambda: serve(host.session)))
+        # A served request may replace the chat's conversation in the cache: it goes to disk first.
+        self.jobs = HandedJobs(lambda serve: host.submit(lambda: (host.lend_cache(), serve(host.session))))
         self.jobs.listeners.append(lambda record: host.out.put(p.Served(record)))
 
     def start(self, message: p.Serve) -> None:

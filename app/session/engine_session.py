@@ -63,12 +63,13 @@ class EngineSession:
                 raise TandemError(message.message)
 
     def reply(self, history: Sequence[tuple[str, str]], sampling: SamplingConfig, spec: SpecConfig,
-              max_tokens: int, *, system_prompt: str = "") -> Iterator[TokenEvent]:
+              max_tokens: int, *, system_prompt: str = "", chat: int | None = None) -> Iterator[TokenEvent]:
         """The reply's token events as they come; ``stats`` is set when it ends. Stopping it
         (``stop``) lets the stream run out within a round."""
         request_id = self._current = next(self._ids)
         self.stats = None
-        self._link.send(p.Generate(request_id, tuple(history), system_prompt, sampling, spec, max_tokens))
+        self._link.send(p.Generate(request_id, tuple(history), system_prompt, sampling, spec, max_tokens,
+                                   chat=chat))
         yield from self._stream(request_id)
 
     def reply_rest(self) -> Iterator[TokenEvent]:

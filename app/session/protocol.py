@@ -53,6 +53,7 @@ class Generate:
     spec: SpecConfig = SpecConfig()
     max_tokens: int = 256
     replaced: tuple[str, ...] = ()  # the replies this one replaces (Regenerate), to copy from
+    chat: int | None = None  # the chat's id in the history: its cache is kept on disk while others run
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,12 @@ def drafts_dir() -> Path:
     return _ensure(data_dir() / "drafts")
 
 
+def chat_states_dir() -> Path:
+    """Each chat's saved cache (app/session/chat_states.py): the user's, beside the history.
+    Not created until a state is written."""
+    return _root("data") / "chat-states"
+
+
 def settings_file() -> Path:
     return config_dir() / "settings.json"
 

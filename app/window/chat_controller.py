@@ -60,6 +60,9 @@ class ChatController(QObject):
         # What the next reply is asked with; the chat's preset replaces it (preset_controller).
         self.system_prompt: Callable[[], str] = lambda: self._settings().system_prompt
         self._live_stats: dict[int, Stats] = {}     # request id -> its latest live snapshot
+        # The history's id of the chat on screen (history_controller sets it): the engine
+        # keeps each chat's cache on disk while another runs, and finds it by this id.
+        self.conversation: Callable[[], int | None] = lambda: None
         client.tokens.connect(self._on_tokens)
         client.finished.connect(self._on_finished)
         client.failed.connect(self._on_failed)
@@ -152,7 +155,8 @@ class ChatController(QObject):
         reply = self.chat_view.add_reply()
         reply.request_id = self.client.generate(
             history, system_prompt=self.system_prompt(), sampling=self.sampling_config(),
-            spec=self.spec_config(), max_tokens=settings.max_tokens, replaced=replaced)
+            spec=self.spec_config(), max_tokens=settings.max_tokens, replaced=replaced,
+            chat=self.conversation())
         self._replies[reply.request_id] = reply
         self.reply_started.emit(reply)
         return reply

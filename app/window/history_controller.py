@@ -36,6 +36,8 @@ from app.session.records import (
     stats_from_record,
     stats_to_record,
 )
+from app.session import chat_states
+from app.storage import paths
 from app.storage.history import COMMIT_INTERVAL_S, HistoryStore, ReplyWriter
 from app.ui.chat_view import ChatView
 from app.ui.message_view import ASSISTANT, COMPLETE, FAILED, INTERRUPTED, STOPPED, USER, ChatMessage
@@ -98,6 +100,8 @@ class HistoryController(QObject):
         self._flush_timer.timeout.connect(self._flush_paused_replies)
 
         chat.conversation_cleared.connect(self._on_cleared)
+        chat.conversation = lambda: self.current_id  # the engine keeps each chat's cache by it
+        self._prune_states()
         chat.user_message_added.connect(self._on_user_message)
         chat.reply_started.connect(self._on_reply_started)
         chat.reply_tokens.connect(self._on_reply_tokens)
@@ -299,7 +303,17 @@ class HistoryController(QObject):
             self.current_id = None
             self._update_actions()
         self._call(lambda: self.store.delete_conversation(conversation_id))
+        chat_states.forget(paths.chat_states_dir(), conversation_id)  # nothing of it stays on disk
         self._schedule_refresh()
+
+    def _prune_states(self) -> None:
+        """Saved caches of chats the history no longer has (deleted, purged at this start)
+        are removed: a cache holds the conversation's words too."""
+        if self.store is None or getattr(self.store, "path", None) != paths.history_db():
+            return
+        live = self._read(lambda: {c.id for c in self.store.list_conversations()}, default=None)
+        if live is not None:
+            chat_states.prune(paths.chat_states_dir(), live)
 
     def undo_delete(self, conversation_id: int) -> None:
         if self.store is None:

@@ -59,3 +59,38 @@ def test_a_conversation_survives_the_window_with_its_colours(make_window, demo_m
     finally:
         window.close()
         store.close()
+
+
+def test_a_reopened_chat_reads_only_its_new_turn_and_a_deleted_one_leaves_no_state(make_window, demo_models,
+                                                                                   qtbot, tandem_home):
+    """The chat's cache goes to disk beside the history when the window closes (the
+    engine's end); the next start's follow-up in that chat puts it back and reads only
+    the new turn (app/session/chat_states.py). Deleting the chat removes it."""
+    system = " ".join(f"Rule {i}: answer briefly and say which rule applied." for i in range(40))
+    settings = demo_settings(demo_models, max_tokens=16, draft_max=4, n_ctx=2048, system_prompt=system)
+    store = HistoryStore.open()
+    window = make_window(settings, history_store=store)
+    wait_loaded(qtbot, window)
+    first = send_and_wait(qtbot, window, PROMPT)
+    chat = window.history.current_id
+    assert first.status == COMPLETE and first.stats.prompt_eval_tokens > 256  # a fresh engine read it all
+    window.close()
+    store.close()
+    saved = tandem_home / "data" / "chat-states" / f"{chat}.state"
+    assert saved.is_file()
+
+    store = HistoryStore.open()
+    try:
+        window = make_window(settings, history_store=store)
+        wait_loaded(qtbot, window)
+        if window.history.current_id != chat:  # (the start may reopen the last chat itself)
+            assert window.history.open_conversation(chat)
+        follow_up = send_and_wait(qtbot, window, "Another one, please.")
+        assert follow_up.status == COMPLETE and follow_up.text().strip()
+        stats = follow_up.stats
+        assert stats.prompt_tokens > 256 and stats.prompt_eval_tokens < 40, stats  # the new turn only
+        window.history.delete(chat)
+        assert not saved.exists()
+    finally:
+        window.close()
+        store.close()

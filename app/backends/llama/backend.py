@@ -35,7 +35,7 @@ from typing import Callable, Sequence
 import llama_cpp as ll
 import numpy as np
 
-from app.backends.llama import log_capture, rpc
+from app.backends.llama import cache_image, log_capture, rpc
 from app.backends.llama.backend_error import BackendError
 from app.backends.llama.log_capture import last_error
 from app.backends.llama.mtp_head import HiddenRows, MtpHead, hidden_rows_on, read_hidden
@@ -43,6 +43,7 @@ from app.backends.llama.process_setup import default_threads, ensure_initialised
 from app.backends.llama.state_checkpoints import KEEP_EVERY, Checkpoint, Checkpoints
 from app.backends.llama.token_tree import leaf_sequences
 from app.backends.llama.vocabulary import VocabularyReader
+from app.engine.backend import CacheImage
 from app.engine.errors import ContextOverflowError, ModelFileError
 from app.engine.gguf.model_file import ModelFile, open_model_file
 from app.engine.gguf.header import shown_name
@@ -342,7 +343,7 @@ class LlamaBackend(VocabularyReader):
             return False
         return True
 
-    def save_cache(self) -> tuple[list[int], object, int]:
+    def save_cache(self) -> tuple[list[int], object, int, object]:
         """What the cache holds, copied out (llama.cpp's sequence state), so that other
         work can use the context and ``restore_cache`` put it back: a long prompt's
         evaluation paused while a short request is served (``app/server/interleave.py``)."""
@@ -365,6 +366,17 @@ class LlamaBackend(VocabularyReader):
         self._tokens = list(tokens) if n else []
         if self._hidden is not None and rows is not None and n:
             self._hidden.restore(rows)
+
+    # A chat's state on disk (app/session/chat_states.py): the copy above as plain data.
+    @property
+    def cache_identity(self) -> dict:
+        return cache_image.identity(self)
+
+    def cache_image(self) -> CacheImage:
+        return cache_image.image(self)
+
+    def load_cache_image(self, image: CacheImage) -> None:
+        cache_image.load(self, image)
 
     def evaluate_tree(self, tokens: Sequence[int], parents: Sequence[int], borrow: bool = False) -> np.ndarray:
         tokens, parents = [int(t) for t in tokens], [int(p) for p in parents]
