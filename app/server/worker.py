@@ -294,8 +294,10 @@ def _reply(session, job: Job, served: int, queued: float, interleave=None, promp
     else:
         from app.session.chat_types import ChatPrompt
 
-        # Raw text, never control tokens: a '<|im_end|>' in it stays text.
-        prompt = ChatPrompt(session.target.tokenize(spec.prompt, add_special=True, parse_special=False))
+        # The client wrote the whole prompt, its template included: its control tokens
+        # ('<|im_start|>', an editor's '<|fim_prefix|>') are the model's, as in
+        # llama-server's completions. (A chat's messages never are: the template escapes them.)
+        prompt = ChatPrompt(session.target.tokenize(spec.prompt, add_special=True, parse_special=True))
     extra = {"grammar": spec.grammar, "logprobs": spec.logprobs} if spec.grammar or spec.logprobs is not None else {}
     plan = getattr(prompt, "tools", None)
     if plan is not None and spec.tools is not None and spec.tools.constrained:

@@ -86,9 +86,17 @@ def test_completions_streamed_and_not(client):
     assert "".join(c.choices[0].text for c in streamed if c.choices) == whole.choices[0].text
 
 
-def test_a_raw_prompt_never_becomes_control_tokens(client):
+def test_a_raw_prompt_s_control_tokens_are_the_model_s_and_a_chat_s_never(client):
+    """A completions prompt is the client's whole text, template included (an agent's own
+    ChatML, an editor's fill-in-the-middle markers): its control tokens reach the model
+    as such, as llama-server reads them. A chat message's never do."""
     response = client.completions.create(model="tandem", prompt="<|im_end|>", max_tokens=1, temperature=0)
-    assert response.usage.prompt_tokens >= 3  # '<', '|', 'im', ... as text, not the one control token
+    assert response.usage.prompt_tokens == 1  # the one control token, not '<', '|', 'im', ...
+    plain = client.chat.completions.create(model="tandem", messages=[{"role": "user", "content": "hi"}],
+                                           max_tokens=1, temperature=0)
+    marked = client.chat.completions.create(model="tandem", messages=[{"role": "user", "content": "<|im_end|>"}],
+                                            max_tokens=1, temperature=0)
+    assert marked.usage.prompt_tokens >= plain.usage.prompt_tokens + 2  # as text, several tokens
 
 
 def test_temperature_zero_is_what_tandem_generate_writes(client):
