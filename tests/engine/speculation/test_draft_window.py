@@ -7,7 +7,7 @@ read by the draft from where it began reading. Where the draft has more than
 from __future__ import annotations
 
 from app.engine.prompting.chat import build_messages, chat_tokens
-from app.engine.speculation.drafters import ModelDrafter
+from app.engine.speculation.drafters import DRAFT_WINDOW, DRAFT_WINDOW_MIN, READ_BUDGET_S, ModelDrafter
 from app.engine.speculation.speculative import READ_BEFORE_FIRST_TOKEN, SpeculativeEngine
 from app.engine.types import SamplingConfig, SpecConfig, TokenKind
 
@@ -35,10 +35,26 @@ def test_the_draft_reads_the_tail_and_the_reply_is_the_same(q41_target, q40_draf
 
 
 def test_a_short_prompt_is_read_whole(q41_target, q40_draft):
-    prompt = chat_tokens(q41_target, build_messages(_history(3)))
+    prompt = chat_tokens(q41_target, build_messages(_history(2)))
+    assert len(prompt) < DRAFT_WINDOW_MIN
     drafter = ModelDrafter(q40_draft, q41_target.n_vocab, eog_ids=q41_target.eog_ids)
     drafter.prepare(prompt)
     assert drafter._offset == 0 and q40_draft.tokens == prompt[:-1]
+
+
+def test_the_window_is_what_the_draft_reads_in_its_budget(q41_target, q40_draft):
+    """Nothing timed yet: the smallest window. Then its own reading, timed, sets it:
+    what it reads in READ_BUDGET_S, within [DRAFT_WINDOW_MIN, DRAFT_WINDOW]."""
+    q40_draft.trim(0)
+    drafter = ModelDrafter(q40_draft, q41_target.n_vocab, eog_ids=q41_target.eog_ids)
+    assert drafter.read_cost is None and drafter.reads_at_most == DRAFT_WINDOW_MIN
+    drafter.prepare(chat_tokens(q41_target, build_messages(_history(41))))
+    assert drafter.read_cost and len(q40_draft.tokens) == DRAFT_WINDOW_MIN - 1
+    expected = min(DRAFT_WINDOW, max(DRAFT_WINDOW_MIN, int(READ_BUDGET_S / drafter.read_cost)))
+    assert drafter.reads_at_most == expected
+    for cost, window in ((1e-6, DRAFT_WINDOW), (READ_BUDGET_S / 100, 100), (1.0, DRAFT_WINDOW_MIN)):
+        drafter.read_cost = cost
+        assert drafter.reads_at_most == window
 
 
 def _first_then_rest(generation) -> tuple[int, list[int]]:
