@@ -90,6 +90,11 @@ class ConfidenceAcceptance:
         return [(accepted + _BAND_PRIOR * self._prior) / (judged + _BAND_PRIOR)
                 for accepted, judged in zip(self._accepted, self._judged)]
 
+    @property
+    def judged(self) -> list[float]:
+        """Judgements per band (decayed)."""
+        return list(self._judged)
+
     def observe(self, prob: float, accepted: bool) -> None:
         """A judged draft token and the drafter's probability of it."""
         band = band_of(prob)

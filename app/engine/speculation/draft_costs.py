@@ -1,8 +1,11 @@
 """What a speculative round costs, measured as it goes (for ``draft_max="auto"``).
 
 A round that drafts k tokens costs t_first + (k - 1) * t_draft + t_verify(k + 1)
-+ overhead (the round's first draft step is dearer than the rest); plain decoding
-costs t_verify(1) per token.
++ overhead + k * t_catchup (the round's first draft step is dearer than the rest;
+t_catchup: what the drafter spends, at the next round's start, per token this round
+drafted, catching up on what the target kept: nothing for a draft model, whose cache
+holds its own guesses, and for an MTP head the guesses read again from the target's
+rows); plain decoding costs t_verify(1) per token.
 
 Timings on a desktop are noisy: another program taking a core for a moment can
 make one llama.cpp call ten times slower. So every cost is the median of its
@@ -51,6 +54,9 @@ class RoundCosts:
         self._first_step = RecentCost()
         self._overhead = RecentCost()                  # seconds a drafting round costs beyond its steps
         self._verify: dict[int, RecentCost] = {}       # batch size -> seconds
+        # (tokens a round drafted, what catching up on it cost the next round beyond a
+        # first step): a mean, since most rounds of a head cost some and some none.
+        self._catchup: deque[tuple[int, float]] = deque(maxlen=2 * COST_WINDOW)
 
     @property
     def draft_step(self) -> float | None:
@@ -63,6 +69,12 @@ class RoundCosts:
     @property
     def overhead(self) -> float:
         return self._overhead.value or 0.0
+
+    @property
+    def catchup(self) -> float:
+        """Seconds of catching up per drafted token (0 until measured)."""
+        drafted = sum(k for k, _ in self._catchup)
+        return sum(s for _, s in self._catchup) / drafted if drafted else 0.0
 
     def verify_line(self) -> Callable[[int], float]:
         """Verification cost by batch size: a line through the measured medians, each
@@ -94,9 +106,9 @@ class RoundCosts:
         if first_step is None or not self._verify:
             return None
         draft_step = self.draft_step or first_step  # one-token drafts so far: no later steps yet
-        overhead = self.overhead
+        overhead, catchup = self.overhead, self.catchup
         verify_cost = self.verify_line()
-        return [verify_cost(1), *(first_step + (k - 1) * draft_step + verify_cost(k + 1) + overhead
+        return [verify_cost(1), *(first_step + (k - 1) * draft_step + verify_cost(k + 1) + overhead + k * catchup
                                   for k in range(1, longest + 1))]
 
     # -- measuring ----------------------------------------------------------
@@ -109,6 +121,14 @@ class RoundCosts:
 
     def observe_verify(self, batch: int, seconds: float) -> None:
         self._verify.setdefault(batch, RecentCost()).add(seconds)
+
+    def observe_catchup(self, drafted: int, seconds: float) -> None:
+        """The drafter caught up for ``seconds`` (its first step included) at the start of
+        the round after one that drafted ``drafted`` tokens (0 seconds: it had nothing to
+        catch up on)."""
+        if drafted > 0:
+            first = self.first_step or 0.0
+            self._catchup.append((drafted, max(seconds - first, 0.0) if seconds else 0.0))
 
     def observe_overhead(self, seconds: float) -> None:
         """What a drafting round cost beyond its draft steps and its verification:

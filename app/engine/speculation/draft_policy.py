@@ -56,6 +56,8 @@ CLEAR_WARMUP_ROUNDS = WARMUP_ROUNDS // 2  # ... may be reached after this many j
 _FIRST_LENGTH = 4      # what to draft before anything is measured, and when probing
 _PLATEAU = 0.01        # lengths within this fraction of the best expected speed count as equally good
 TREE_SECONDS = 3       # most second candidates a round's tree has (branches: one more)
+MOST_CUT = 0.5         # a band accepted less often than this never pays (p_min)
+SURE_SEEN = 8.0        # judgements of the most confident band before sure runs may draft further
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,10 @@ class DraftPolicy(Protocol):
     def observe_overhead(self, seconds: float) -> None:
         """What a drafting round cost beyond its draft steps and its verification."""
 
+    def observe_catchup(self, drafted: int, seconds: float) -> None:
+        """What the drafter's catching up cost at the start of this round (its first step
+        included; 0: none), after a round in which it drafted ``drafted`` tokens."""
+
     def observe_tree(self, tree: TokenTree, path: list[int], kinds: dict[int, str], overhead: float) -> None:
         """A tree round (after ``observe_round`` of its first chain): the path the target
         kept, the nodes that start a branch ("second" or "fork"), and what the round cost
@@ -125,6 +131,9 @@ class FixedDraftLength:
         pass
 
     def observe_overhead(self, seconds: float) -> None:
+        pass
+
+    def observe_catchup(self, drafted: int, seconds: float) -> None:
         pass
 
     def observe_tree(self, tree: TokenTree, path: list[int], kinds: dict[int, str], overhead: float) -> None:
@@ -195,13 +204,19 @@ class AutoDraftLength:
     @property
     def p_min(self) -> float:
         """The draft probability under which a draft ends, learned: the top of the
-        highest confidence band whose drafts the target rejects more often than it
-        accepts (0: none). (A draft model that is a quantised copy of its target is
-        right even about most of its unsure guesses, and cutting there would only
-        cost rounds.) Bands start out trusted, and drafts cut at a band still teach
-        it (greedy: the target's next token is the one that would have judged the
-        cut draft)."""
-        failing = [edge for edge, acceptance in zip(CONFIDENCE_BANDS, self.confidence.rates) if acceptance < 0.5]
+        highest confidence band whose drafts are accepted too seldom to pay (0: none).
+        A round that drafts one token instead of none pays where that token is
+        accepted with chance R > (its round's cost / a plain step's) - 1: about 0.1 for
+        a small draft model, whose steps cost little; 0.45 for an MTP head, whose step
+        costs a third of the target's. Never above one half (rejected more often than
+        accepted); one half until the costs are measured. (A draft model that is a
+        quantised copy of its target is right even about most of its unsure guesses,
+        and cutting there would only cost rounds.) Bands start out trusted, and drafts
+        cut at a band still teach it (greedy: the target's next token is the one that
+        would have judged the cut draft)."""
+        costs = self.costs.by_length(1)
+        pays = min(MOST_CUT, costs[1] / costs[0] - 1.0) if costs else MOST_CUT
+        failing = [edge for edge, acceptance in zip(CONFIDENCE_BANDS, self.confidence.rates) if acceptance < pays]
         return max(failing, default=0.0)
 
     def _go_on(self, floor: float) -> Callable[[float], bool]:
@@ -250,8 +265,12 @@ class AutoDraftLength:
         if rates[0] == best:
             return BestDraft(0, None, lead, best, slope)
         length = next(k for k in range(1, len(rates)) if rates[k] >= best * (1 - _PLATEAU))
-        sure = _expected_rates([self.confidence.rates[-1]] * AUTO_MAX, costs)
-        ceiling = sure.index(max(sure[1:]))
+        ceiling = length
+        if self.confidence.judged[-1] >= SURE_SEEN:
+            # Only a drafter seen to be sure earns the runs: an MTP head that never is
+            # would draft 4 tokens on the band's prior where 2 was faster.
+            sure = _expected_rates([self.confidence.rates[-1]] * AUTO_MAX, costs)
+            ceiling = sure.index(max(sure[1:]))
         one_more_token = costs[2] - costs[1]  # a draft step and one more verified token
         return BestDraft(max(length, ceiling), best * one_more_token, lead, best, slope)
 
@@ -264,6 +283,9 @@ class AutoDraftLength:
 
     def observe_overhead(self, seconds: float) -> None:
         self.costs.observe_overhead(seconds)
+
+    def observe_catchup(self, drafted: int, seconds: float) -> None:
+        self.costs.observe_catchup(drafted, seconds)
 
     def observe_round(self, draft: Draft, n_accepted: int, token: int, greedy: bool) -> None:
         self.positions.observe(len(draft), n_accepted)

@@ -149,6 +149,7 @@ class _Reply:
     batch_steps: dict[int, RecentCost] = field(default_factory=dict)
     # The drafter reads the prompt once the first token is out (READ_BEFORE_FIRST_TOKEN).
     reads_later: bool = False
+    proposed_last: int = 0           # tokens the drafter proposed last round (0: it did not)
 
     @property
     def trees(self) -> bool:
@@ -402,6 +403,10 @@ class SpeculativeEngine:
             if draft.tokens and step.shape is None:
                 policy.observe_overhead(time.perf_counter() - step.started - elapsed
                                         - sum(draft.step_seconds) - draft.catchup_seconds)
+        if step.proposed and reply.proposed_last:
+            # What catching up on last round's guesses cost this one: a longer draft's price too.
+            policy.observe_catchup(reply.proposed_last, draft.catchup_seconds)
+        reply.proposed_last = len(draft) if step.proposed else 0
         reply.drafter.observe(RoundOutcome(step.proposed, step.rider is not None, step.drafted, n_accepted,
                                            n_accepted + 1, time.perf_counter() - step.started), stats)
         if step.shape is not None and step.shape.teaches_policy:

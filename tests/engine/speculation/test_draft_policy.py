@@ -319,3 +319,34 @@ def test_a_draft_that_clearly_does_not_pay_stops_before_the_warm_up_ends():
     assert clear == CLEAR_WARMUP_ROUNDS + OFF_AFTER - 1 < WARMUP_ROUNDS + OFF_AFTER - 1
     paying = _rounds_until_off(_fresh(0.001, accept=4), accept=4)
     assert paying == 40  # speculation that pays is never switched off
+
+
+def _band_record(policy: AutoDraftLength, prob: float, accepted: int, of: int) -> None:
+    for i in range(of):
+        policy.confidence.observe(prob, accepted=i < accepted)
+
+
+def test_the_confidence_floor_is_where_a_draft_stops_paying_for_its_cost():
+    """A band accepted about a third of the time: a cheap draft model's step (4% of the
+    target's) still pays there, an MTP head's (30%) does not; an eighth: neither."""
+    cheap, dear = AutoDraftLength(), AutoDraftLength()
+    for policy, step in ((cheap, 0.001), (dear, 0.0075)):
+        policy.observe_verify(1, 0.025)
+        policy.observe_verify(2, 0.0285)
+        policy.observe_draft([step])
+        _band_record(policy, 0.015, 1, 20)    # below 0.02: 0.13 with the band's prior
+        _band_record(policy, 0.08, 6, 20)     # 0.05 to 0.1: 0.35
+        _band_record(policy, 0.5, 19, 20)
+    assert cheap.p_min == CONFIDENCE_BANDS[0]   # (0.025 + 0.001 + 0.0035) / 0.025 - 1 = 0.18
+    assert dear.p_min == CONFIDENCE_BANDS[2]    # 0.44: the 0.35 band does not pay
+
+
+def test_sure_runs_draft_past_the_best_length_only_once_sureness_was_seen():
+    """Where the most confident band was never judged (an MTP head seldom above 0.9),
+    its prior must not stretch drafts past what the positions say pays."""
+    def policy_with(sure_judged: int) -> AutoDraftLength:
+        policy = trained(0.7, 0.0075, {1: 0.025, 2: 0.0285, 3: 0.030, 4: 0.033, 5: 0.036})
+        _band_record(policy, 0.95, sure_judged, sure_judged)
+        return policy
+    unseen, seen = policy_with(0).best_draft(), policy_with(40).best_draft()
+    assert unseen.length <= 2 < seen.length
