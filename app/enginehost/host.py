@@ -300,6 +300,7 @@ class EngineHost:
         if self.session is None:
             self.out.put(p.Checked(NO_MODEL))
             return
+        self.lend_cache()  # the check decodes its own prompts
         try:
             self.out.put(p.Checked(self.session.self_test()))
         except Exception as exc:  # noqa: BLE001
