@@ -265,7 +265,7 @@ class EngineHost:
             self.out.put(p.Failed(rid, one_line(exc)))
             return
         abort_after, hang_after = self._hooks.abort_after, self._hooks.hang_after
-        self.chat_states.before(session.target, message.chat, prompt.tokens)
+        self.chat_states.before(getattr(session, "target", None), message.chat, getattr(prompt, "tokens", ()))
         try:
             generation = session.generate(prompt, message.sampling, message.spec, message.max_tokens, cancel,
                                           replaced=message.replaced)
@@ -310,12 +310,12 @@ class EngineHost:
         """Before something that is not a chat's reply uses the cache (a served request):
         the chat it holds goes to disk first."""
         if self.session is not None:
-            self.chat_states.before(self.session.target, None, ())
+            self.chat_states.before(getattr(self.session, "target", None), None, ())
 
     def _close_models(self) -> None:
         if self.session is not None:
             session, self.session = self.session, None
-            self.chat_states.park(session.target)
+            self.chat_states.park(getattr(session, "target", None))  # (a test's synthetic one has none)
             self.chat_states.release()
             session.close()
 
