@@ -90,11 +90,6 @@ class ChatStates:
         """The cache is gone (its models closed): no chat is held."""
         self._held, self._dirty = None, False
 
-    def forget(self, chat: int) -> None:
-        forget(self.folder, chat)
-        if chat == self._held:
-            self._dirty = False
-
     # --- the files --------------------------------------------------------------------
 
     def _path(self, chat: int) -> Path:
@@ -108,7 +103,7 @@ class ChatStates:
             rows = buffer.getvalue()
         header = json.dumps({"identity": image.identity, "tokens": list(map(int, image.tokens)),
                              "state_bytes": len(image.state), "rows_bytes": len(rows),
-                             "sha256": hashlib.sha256(image.state + rows).hexdigest()}).encode()
+                             "sha256": _digest(image.state, rows)}).encode()
         size = len(MAGIC) + 8 + len(header) + len(image.state) + len(rows)
         self.folder.mkdir(parents=True, exist_ok=True)
         if size > self.budget_bytes or self._free_disk(self.folder) - size < DISK_RESERVE:
@@ -126,10 +121,11 @@ class ChatStates:
 
     def _trim(self, keep: Path) -> None:
         """The least recently used states removed, past ``MOST`` files or ``BUDGET_BYTES``."""
-        others = [p for p in self.folder.glob(f"*{SUFFIX}") if p != keep]
+        others = sorted(((_stat(p), p) for p in self.folder.glob(f"*{SUFFIX}") if p != keep),
+                        key=lambda item: item[0][1], reverse=True)  # newest first, each stat read once
         total = _stat(keep)[0]
-        for i, path in enumerate(sorted(others, key=lambda p: _stat(p)[1], reverse=True), start=1):
-            total += _stat(path)[0]
+        for i, ((size, _mtime), path) in enumerate(others, start=1):
+            total += size
             if i >= self.most or total > self.budget_bytes:
                 path.unlink(missing_ok=True)
 
@@ -204,7 +200,7 @@ def read_state(path: Path, identity: dict, n_vocab: int) -> tuple[CacheImage | N
             state, rows = f.read(state_bytes), f.read(rows_bytes)
     except (OSError, ValueError, KeyError, TypeError, struct.error) as exc:
         return None, f"it could not be read: {exc}"
-    if hashlib.sha256(state + rows).hexdigest() != header.get("sha256"):
+    if _digest(state, rows) != header.get("sha256"):
         return None, "its bytes are damaged"
     saved_rows = None
     if rows:
@@ -216,6 +212,13 @@ def read_state(path: Path, identity: dict, n_vocab: int) -> tuple[CacheImage | N
         if saved_rows[0].ndim != 2 or len(saved_rows[0]) != len(tokens) or saved_rows[1].shape != (len(tokens),):
             return None, "its head's rows do not match its tokens"
     return CacheImage(tokens, state, dict(identity), saved_rows), ""
+
+
+def _digest(state: bytes, rows: bytes) -> str:
+    """SHA-256 of the state and rows, without joining them (a state is tens of MB)."""
+    digest = hashlib.sha256(state)
+    digest.update(rows)
+    return digest.hexdigest()
 
 
 def _stat(path: Path) -> tuple[int, float]:
