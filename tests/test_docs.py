@@ -246,6 +246,11 @@ STATED = [
     ("docs/using.md", r"a batch\s+of (\d+) tokens", _constant("app.engine.gguf.context_shape", "BATCH")),
     ("docs/using.md", r"(\d+) sequences for token trees", _constant("app.engine.gguf.context_shape", "TREE_BRANCHES")),
     ("docs/using.md", r"(\d+)\s+rollback snapshots", _constant("app.engine.gguf.memory_kinds", "RS_SNAPSHOTS_DEFAULT")),
+    ("docs/cli.md", r"a prompt of (\d+) tokens or more", _constant("app.engine.gguf.context_shape", "READ_APART_MIN")),
+    ("docs/using.md", r"a prompt of (\d+) tokens or more", _constant("app.engine.gguf.context_shape", "READ_APART_MIN")),
+    # The setting's own help (the settings dialog shows it) states it too.
+    ("app/storage/settings.py", r"a prompt of (\d+) tokens or more", _constant("app.engine.gguf.context_shape",
+                                                                              "READ_APART_MIN")),
     ("docs/cli.md", r"replies of at most (\d+) tokens, context", _default("max_tokens")),
     ("docs/cli.md", r"tokens, context (\d+),", _default("n_ctx")),
 ]

@@ -21,7 +21,7 @@ from collections import OrderedDict
 from typing import Callable, Sequence
 
 from app.engine.speculation.drafters import common_prefix
-from app.session.fit import available_ram
+from app.system_memory import available_ram
 
 log = logging.getLogger(__name__)
 

@@ -15,13 +15,12 @@ screen, the library and the settings show (``describe``). The arithmetic is in
 
 from __future__ import annotations
 
-import ctypes
 import os
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.system_memory import available_ram
 from app.engine.errors import EngineError
 from app.engine.gguf.context_shape import context_shape
 from app.engine.gguf.memory_estimate import MemoryEstimate, estimate_memory, windowed
@@ -88,39 +87,6 @@ def read_machine(gpu_memory: int | None = None, *, build_has_gpu: bool = False, 
         names = status.gpus[0].name + (f" and {len(status.gpus) - 1} more" if len(status.gpus) > 1 else "")
         return Machine(names, free, ram)
     return Machine("CPU", 0, ram, unmeasured_gpu=build_has_gpu)
-
-
-def available_ram() -> int:
-    """System memory a load may use: Linux's MemAvailable, else the free pages, else the
-    physical memory (macOS, where the page cache counts as in use)."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    if sys.platform == "win32":
-        return _windows_available()
-    for pages in ("SC_AVPHYS_PAGES", "SC_PHYS_PAGES"):
-        try:
-            return os.sysconf(pages) * os.sysconf("SC_PAGE_SIZE")
-        except (ValueError, OSError, AttributeError):
-            continue
-    return 1 << 62  # unknown: never the reason to refuse
-
-
-def _windows_available() -> int:
-    class _Status(ctypes.Structure):
-        _fields_ = [("length", ctypes.c_ulong), ("load", ctypes.c_ulong), ("total", ctypes.c_ulonglong),
-                    ("available", ctypes.c_ulonglong), ("total_page", ctypes.c_ulonglong),
-                    ("available_page", ctypes.c_ulonglong), ("total_virtual", ctypes.c_ulonglong),
-                    ("available_virtual", ctypes.c_ulonglong), ("extended", ctypes.c_ulonglong)]
-    status = _Status()
-    status.length = ctypes.sizeof(_Status)
-    if ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(status)):  # type: ignore[attr-defined]
-        return int(status.available)
-    return 1 << 62
 
 
 def estimate_for(model: ModelFile, n_ctx: int, *, draft: bool, flash_attention: str = "auto",

@@ -304,9 +304,10 @@ class Settings:
     n_threads: int = option(0, "CPU threads (0: adaptive, fewer while other programs keep cores busy).",
                             _integer(0, 1024))
     flash_attention: Literal["auto", "on", "off"] = option(
-        "auto", "Flash attention: 'auto' (on a CPU off, where it reads a long prompt a few percent "
-        "faster but verifies drafts after it twice as slowly, and on for a quantised target or a "
-        "sliding-window model, where it wins; llama.cpp's choice on a GPU), 'on' or 'off'.",
+        "auto", "Flash attention: 'auto' (on a CPU, decoding runs without it, which verifies drafts "
+        "after a long prompt faster, and a prompt of 512 tokens or more is read with it, which reads "
+        "faster; on throughout for a quantised target or a sliding-window model, where it wins; "
+        "llama.cpp's choice on a GPU), 'on' or 'off'.",
         _one_of("auto", "on", "off"))
     rpc_workers: str = option(
         "", "llama.cpp RPC workers the target's layers are split over, host:port separated by commas "

@@ -48,9 +48,10 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, in_command: bool = T
                        help="CPU threads (default: 0, adaptive: chosen as it runs, fewer while other "
                             "programs keep cores busy; N: always N)")
     group.add_argument("--flash-attn", choices=["auto", "on", "off"], default=default("auto"),
-                       help="flash attention (default: auto: off on a CPU, where it reads a long prompt a few "
-                            "percent faster but verifies drafts after it twice as slowly; on for a "
-                            "quantised target or a sliding-window model such as Gemma 3)")
+                       help="flash attention (default: auto: on a CPU, decoding runs without it, which "
+                            "verifies drafts after a long prompt faster, and a prompt of 512 tokens or more "
+                            "is read with it, which reads faster; on throughout for a quantised target or "
+                            "a sliding-window model such as Gemma 3)")
     group.add_argument("--gpu-layers", "-ngl", "--n-gpu-layers", type=gpu_layers_value, metavar="N|auto",
                        default=default("auto"),
                        help="target layers offloaded to the GPU (default: auto, as many as fit beside the draft, "

@@ -37,6 +37,7 @@ import numpy as np
 
 from app.backends.llama import cache_image, log_capture, rpc
 from app.backends.llama.backend_error import BackendError
+from app.backends.llama.flash_reader import ReadsApart
 from app.backends.llama.log_capture import last_error
 from app.backends.llama.mtp_head import HiddenRows, MtpHead, hidden_rows_on, read_hidden
 from app.backends.llama.process_setup import default_threads, ensure_initialised
@@ -47,7 +48,8 @@ from app.engine.backend import CacheImage
 from app.engine.errors import ContextOverflowError, ModelFileError
 from app.engine.gguf.model_file import ModelFile, open_model_file
 from app.engine.gguf.header import shown_name
-from app.engine.gguf.context_shape import BATCH, FLOAT_FILE_TYPES, RS_SNAPSHOTS, TREE_BRANCHES, flash_attention
+from app.engine.gguf.context_shape import (BATCH, FLOAT_FILE_TYPES, RS_SNAPSHOTS, TREE_BRANCHES,
+                                           flash_attention, reads_apart)
 from app.engine.gguf.memory_kinds import ATTENTION, HYBRID, RECURRENT, memory_note
 
 log = logging.getLogger("tandem.llama")
@@ -60,7 +62,7 @@ _PROMPT_BATCH = 32
 _PARTIAL = ll.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 
 
-class LlamaBackend(VocabularyReader):
+class LlamaBackend(VocabularyReader, ReadsApart):
     """A loaded GGUF model with its own KV cache, implementing ``engine.backend.ModelBackend``."""
 
     def __init__(self, path: str | Path | ModelFile, *, n_ctx: int = 4096, n_gpu_layers: int = -1,
@@ -139,9 +141,14 @@ class LlamaBackend(VocabularyReader):
         cparams.n_threads = cparams.n_threads_batch = threads
         cparams.no_perf = True
         float_weights = self.model_file.file_type in FLOAT_FILE_TYPES
-        cparams.flash_attn_type = _flash_attn_type(flash_attention, mparams.n_gpu_layers,
-                                                   exact=exact_batches and not float_weights,
-                                                   windowed=ll.llama_model_n_swa(self._model) > 0)
+        fa = dict(exact=exact_batches and not float_weights, windowed=ll.llama_model_n_swa(self._model) > 0)
+        cparams.flash_attn_type = _flash_attn_type(flash_attention, mparams.n_gpu_layers, **fa)
+        # A long prompt read by a flash-attention context of its own (flash_reader.py):
+        # one stream of plain attention cache, on this machine's CPU.
+        self._reads_apart = (reads_apart(flash_attention, gpu=_on_gpu(mparams.n_gpu_layers), **fa)
+                             and self.memory == ATTENTION and not self._workers)
+        self._cparams = cparams
+        self.read_apart = 0  # prompt tokens read so, for the tests and the probe
         # Whether its context runs flash attention (None: llama.cpp's own choice, on a GPU).
         self.flash_attention = {ll.LLAMA_FLASH_ATTN_TYPE_ENABLED: True,
                                 ll.LLAMA_FLASH_ATTN_TYPE_DISABLED: False}.get(cparams.flash_attn_type)
@@ -194,6 +201,9 @@ class LlamaBackend(VocabularyReader):
                 f"The conversation needs {len(self._tokens) + len(tokens)} tokens but the context "
                 f"holds {self.n_ctx}; start a new chat or raise the context size.")
         wanted = set(logits_at)
+        if not wanted and tokens and self._read_apart(tokens):
+            return np.empty((0, self.n_vocab), dtype=np.float32)
+        self._settle()
         if self._lag:  # a tree's kept branch goes into the cache first (see keep_branch)
             head, cached = self._tokens[-self._lag:], len(self._tokens) - self._lag
             del self._tokens[cached:]
@@ -248,6 +258,9 @@ class LlamaBackend(VocabularyReader):
         """Exact on every memory: afterwards the cache holds ``tokens[:n_keep]`` (a kept
         branch may still wait in ``_lag``), or this raises BackendError with the cache
         holding some prefix of them, which ``tokens`` then says."""
+        if self._reader is not None and n_keep <= self._reader.base:
+            self._drop_reader()  # what it read goes anyway
+        self._settle()
         if self._tree is not None:  # a tree left unkept (an error before acceptance): drop all of it
             self._tree = None
             ll.llama_memory_seq_keep(self._memory, 0)
@@ -347,8 +360,8 @@ class LlamaBackend(VocabularyReader):
         """What the cache holds, copied out (llama.cpp's sequence state), so that other
         work can use the context and ``restore_cache`` put it back: a long prompt's
         evaluation paused while a short request is served (``app/server/interleave.py``)."""
-        if self._lag or self._tree is not None:
-            self.evaluate([], [])  # a kept branch not yet cached goes in first
+        if self._lag or self._tree is not None or self._reader is not None:
+            self.evaluate([], [])  # a kept branch not yet cached (or a prompt read apart) goes in first
         size = ll.llama_state_seq_get_size(self._ctx, 0)
         buf = (ctypes.c_uint8 * max(size, 1))()
         n = ll.llama_state_seq_get_data(self._ctx, buf, size, 0) if size else 0
@@ -373,6 +386,7 @@ class LlamaBackend(VocabularyReader):
         return cache_image.identity(self)
 
     def cache_image(self) -> CacheImage:
+        self._settle()
         return cache_image.image(self)
 
     def load_cache_image(self, image: CacheImage) -> None:
@@ -380,6 +394,7 @@ class LlamaBackend(VocabularyReader):
 
     def evaluate_tree(self, tokens: Sequence[int], parents: Sequence[int], borrow: bool = False) -> np.ndarray:
         tokens, parents = [int(t) for t in tokens], [int(p) for p in parents]
+        self._settle()
         if self.memory != ATTENTION:
             raise BackendError(f"a {self.memory} model has no token trees (its state is one per sequence)")
         if self._tree is not None:
@@ -467,6 +482,8 @@ class LlamaBackend(VocabularyReader):
         n = max(1, int(n))
         if self._ctx and n != self.threads:
             ll.llama_set_n_threads(self._ctx, n, n)
+            if self._reader is not None:
+                self._reader.set_threads(n)
             self.threads = n
 
     def mtp_head(self) -> MtpHead:
@@ -476,6 +493,7 @@ class LlamaBackend(VocabularyReader):
             return self._head
         if not self.load_mtp or ll.llama_model_n_layer_nextn(self._model) <= 0:
             raise BackendError(f"{shown_name(self.path)} was loaded without MTP layers")
+        self._settle()
         n_embd = ll.llama_model_n_embd_out(self._model)
         hidden_rows_on(self._ctx, masked=False)  # every position's row, for the head to read
         self._hidden = HiddenRows(n_embd, self.n_ctx)
@@ -489,6 +507,7 @@ class LlamaBackend(VocabularyReader):
         return self._head
 
     def close(self) -> None:
+        self._drop_reader()
         if self._head is not None:  # its context reads this one: it goes first
             self._head.close()
             self._head = None
@@ -541,9 +560,13 @@ class LlamaBackend(VocabularyReader):
         self._snapshot_span = (base, base + len(chunk))
 
 
+def _on_gpu(n_gpu_layers: int) -> bool:
+    return rpc.has_local_gpu() and n_gpu_layers > 0
+
+
 def _flash_attn_type(choice: str, n_gpu_layers: int, *, exact: bool, windowed: bool = False) -> int:
     """llama.cpp's flash-attention type for ``choice`` ('auto', 'on' or 'off'), decided by
     ``app.engine.gguf.context_shape.flash_attention`` (which says why)."""
-    on = flash_attention(choice, gpu=rpc.has_local_gpu() and n_gpu_layers > 0, exact=exact, windowed=windowed)
+    on = flash_attention(choice, gpu=_on_gpu(n_gpu_layers), exact=exact, windowed=windowed)
     return (ll.LLAMA_FLASH_ATTN_TYPE_AUTO if on is None else
             ll.LLAMA_FLASH_ATTN_TYPE_ENABLED if on else ll.LLAMA_FLASH_ATTN_TYPE_DISABLED)

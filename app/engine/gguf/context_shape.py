@@ -25,6 +25,10 @@ RS_SNAPSHOTS = max(0, int(os.environ.get("TANDEM_RS_SNAPSHOTS", str(RS_SNAPSHOTS
 # general.file_type of unquantised models: F32, F16, BF16 (llama_ftype 0, 1, 32).
 FLOAT_FILE_TYPES = frozenset({0, 1, 32})
 FLASH_ATTENTION = ("auto", "on", "off")
+# Tokens a prompt's reading needs before it goes to a flash-attention context of its own
+# (``reads_apart``): below this the second context's making and the move cost more than
+# the kernel saves. A long prompt read in pieces (``PAUSE_EVERY``, 512) starts apart too.
+READ_APART_MIN = 512
 
 
 def flash_attention(choice: str, *, gpu: bool, exact: bool, windowed: bool = False) -> bool | None:
@@ -35,11 +39,11 @@ def flash_attention(choice: str, *, gpu: bool, exact: bool, windowed: bool = Fal
 
     On a GPU, auto is llama.cpp's choice. On a CPU (and on RPC workers, whose device kind
     ggml's RPC does not report), llama.cpp's flash-attention kernel makes batched
-    verification slower as the context grows (9 tokens after 3,000: 80 ms without it, 162
-    ms with it; one step 26 against 33 ms; demo target, 2 threads) and reads the prompt
-    only a little faster (3,000 tokens: 10.3 s against 11.0), so over a whole turn (one
-    prompt, then dozens of verifications: ``tools/phase_costs.py``) auto turns it off,
-    except where ``exact``
+    verification slower as the context grows (9 tokens after 3,000: 88 ms without it, 114
+    ms with it; one step 29 against 33 ms; demo target, 2 threads) while it reads a prompt
+    faster (3,000 tokens: 8.3 s against 9.8). A context has one setting for both, so auto
+    turns it off for decoding, and a long prompt is read by a second context with it on
+    (``reads_apart``), except where ``exact``
     asks for batched logits identical to single-token ones: without flash attention, a
     quantised model's batched logits come out up to ~1 apart from its single-token ones
     (activations are rounded to 8 bits, so the attention's different summation order
@@ -61,6 +65,22 @@ def flash_attention(choice: str, *, gpu: bool, exact: bool, windowed: bool = Fal
     if gpu:
         return None
     return exact or windowed
+
+
+def reads_apart(choice: str, *, gpu: bool, exact: bool, windowed: bool = False) -> bool:
+    """Whether a long prompt (``READ_APART_MIN`` tokens or more) is read with flash attention
+    by a second context and moved into the decoding one, which runs without it
+    (``app/backends/llama/flash_reader.py``): where auto turned it off, on a CPU. The move
+    costs in what the cache holds already (its values are laid out again, both ways), so
+    a reading no longer than that goes where it is."""
+    return choice == "auto" and flash_attention(choice, gpu=gpu, exact=exact, windowed=windowed) is False
+
+
+def worth_reading_apart(tokens: int, held: int) -> bool:
+    """Whether reading ``tokens`` after the ``held`` a cache holds already goes to the
+    flash-attention reader: making it costs a fixed time, and moving the cache in and back
+    a time per token held and read; the kernel saves a time per token read."""
+    return tokens >= max(READ_APART_MIN, held)
 
 
 def context_shape(memory_kind: str, architecture: str, file_type: int | None, n_ctx: int, *,
