@@ -207,3 +207,37 @@ def test_no_second_context_where_the_memory_is_short(pair, monkeypatch):
     apart.evaluate(prompt, [])
     assert apart.read_apart == before + len(prompt)
     apart.trim(0)
+
+
+def test_a_reply_after_a_prompt_read_apart_is_the_plain_one(pair, q41_draft):
+    """Greedy, drafting or not, read whole or in pieces (serve's pauses, where another
+    request takes the context in between): the same tokens, the prompt read apart each time."""
+    from app.engine.speculation.drafters import ModelDrafter
+    from app.engine.speculation.speculative import SpeculativeEngine
+    from app.engine.types import SamplingConfig, SpecConfig
+
+    apart, _ = pair
+    prompt = _prompt(apart, 1300)
+    apart.trim(0)
+    before = apart.read_apart
+    plain = [e.id for e in SpeculativeEngine(apart).generate(prompt, SamplingConfig(), SpecConfig(enabled=False),
+                                                             24).run()]
+    assert apart.read_apart > before
+    pauses = []
+
+    def pause():  # another client's request: the cache is copied out, used, put back
+        saved = apart.save_cache()
+        apart.trim(0)
+        apart.evaluate(prompt[:30], [0])
+        apart.restore_cache(saved)
+        pauses.append(len(saved[0]))
+
+    for kwargs in ({}, {"pause": pause}):
+        apart.trim(0)
+        before = apart.read_apart
+        drafter = ModelDrafter(q41_draft, apart.n_vocab, eog_ids=apart.eog_ids)
+        generation = SpeculativeEngine(apart, drafter).generate(prompt, SamplingConfig(), SpecConfig(draft_max=4),
+                                                                24, **kwargs)
+        assert [e.id for e in generation.run()] == plain
+        assert generation.stats.drafted > 0 and apart.read_apart > before
+    assert pauses  # the pieces were read apart and moved at each pause
