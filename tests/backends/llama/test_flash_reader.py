@@ -170,22 +170,43 @@ def _state(model: LlamaBackend) -> np.ndarray:
     return buf[:n]
 
 
+def _first_values(state: np.ndarray) -> int:
+    """Where the first layer's values begin: after the cells, the flag and every layer's keys."""
+    u32 = lambda at: int(state[at:at + 4].view(np.uint32)[0])  # noqa: E731
+    cells, at = u32(12), 16
+    for _ in range(cells):
+        at += 8 + 4 * u32(at + 4)
+    n_layer, at = u32(at + 4), at + 8
+    for _ in range(n_layer):
+        at += 12 + cells * int(state[at + 4:at + 12].view(np.uint64)[0])
+    return at
+
+
 def test_values_relaid_both_ways_come_back_as_they_were(pair):
     _, here = pair
     here.trim(0)
     here.evaluate(_prompt(here, 300), [])
     state = _state(here)
-    rows = relaid(state, transposed=False)
+    original = state.copy()
+    rows = relaid(state.copy(), transposed=False)  # (rewritten in place)
     assert rows is not None and len(rows) == len(state) and not np.array_equal(rows, state)
-    assert np.array_equal(relaid(rows, transposed=True), state)
-    # Already in the layout asked for, or not a state of this kind at all: None.
+    assert np.array_equal(relaid(rows, transposed=True), original)
+    # Already in the layout asked for, or not a state of this kind at all: None, and untouched.
     assert relaid(state, transposed=True) is None
     assert relaid(state[:-1], transposed=False) is None
     assert relaid(np.concatenate([state, state[:1]]), transposed=False) is None
     assert relaid(np.zeros(64, np.uint8), transposed=False) is None
+    assert relaid(state.view(np.int8), transposed=False) is None
+    assert np.array_equal(state, original)
     rng = np.random.default_rng(7)
     for size in (0, 3, 16, 100, 4096):
         assert relaid(rng.integers(0, 256, size, dtype=np.uint8), transposed=False) is None
+    # A value type that is not single elements (a quantised cache), at the first layer's values.
+    quantised = state.copy()
+    first_values = _first_values(state)
+    quantised[first_values:first_values + 4] = np.array([8], np.uint32).view(np.uint8)  # Q8_0
+    assert relaid(quantised, transposed=False) is None
+    assert relaid(state.copy(), transposed=False) is not None
     two_streams = state.copy()
     two_streams[8:12] = np.array([2], np.uint32).view(np.uint8)
     assert relaid(two_streams, transposed=False) is None
