@@ -248,6 +248,7 @@ STATED = [
     ("docs/using.md", r"(\d+)\s+rollback snapshots", _constant("app.engine.gguf.memory_kinds", "RS_SNAPSHOTS_DEFAULT")),
     ("docs/cli.md", r"a prompt of (\d+) tokens or more", _constant("app.engine.gguf.context_shape", "READ_APART_MIN")),
     ("docs/using.md", r"a prompt of (\d+) tokens or more", _constant("app.engine.gguf.context_shape", "READ_APART_MIN")),
+    ("docs/clients.md", r"a prompt of (\d+) tokens or more", _constant("app.engine.gguf.context_shape", "READ_APART_MIN")),
     # The setting's own help (the settings dialog shows it) states it too.
     ("app/storage/settings.py", r"a prompt of (\d+) tokens or more", _constant("app.engine.gguf.context_shape",
                                                                               "READ_APART_MIN")),

@@ -10,6 +10,11 @@ the thread chooser, and the drafter's own ``observe``). The loop speaks to every
 through one interface (``drafter_interface.py``) and never asks which kind it holds: a
 new drafter implements the interface and needs no edit here.
 
+The prompt (``_prefill``): the target reads it, its last token on its own and with its
+logits, which give the reply's first token as plain decoding's first step would (as in
+llama.cpp's ``speculative-simple``): the first token waits for nothing else. The drafter
+reads the prompt after it (``_read_later``) and drafts from the second round on.
+
 Invariants, checked below:
 - before a round the target's cache holds every committed token but the last;
   the round evaluates ``[last, d1 .. dk]`` in one batch, with logits at those
@@ -96,10 +101,6 @@ from app.engine.types import SPECULATION_OFF, SamplingConfig, SpecConfig, Stats,
 COPY_WHEN_PLAIN = 8  # tokens a copy may take in a round the policy plans as a plain step
 COPY_MOST = 16       # with auto, a match reaching 2n tokens back may copy n, up to this
 PAUSE_EVERY = 512    # prompt tokens evaluated between two calls of generate's ``pause``
-# A drafter with more of the prompt than this to read reads it after the first token: the
-# first round is the target's alone (a copy may still ride). Its reading delayed the first
-# token of a cold 3,500-token agent turn by 4 s and of a follow-up by 0.5 s (issue 48).
-READ_BEFORE_FIRST_TOKEN = 32
 
 
 class Generation:
@@ -147,8 +148,8 @@ class _Reply:
     clock: Callable[[], float] | None
     # This reply's verifications of two tokens or more, by size (Stats.plain_step_seconds).
     batch_steps: dict[int, RecentCost] = field(default_factory=dict)
-    # The drafter reads the prompt once the first token is out (READ_BEFORE_FIRST_TOKEN).
-    reads_later: bool = False
+    # The drafter reads the prompt once the first token is out.
+    reads_later: bool = True
     proposed_last: int = 0           # tokens the drafter proposed last round (0: it did not)
 
     @property
@@ -251,7 +252,7 @@ class SpeculativeEngine:
         """The reply: the prompt, then rounds of draft, verify, accept, roll back, account."""
         target, drafter, stats = self.target, reply.drafter, reply.stats
         started = time.perf_counter()
-        paused = self._prefill(committed, reply, pause)
+        paused, first = self._prefill(committed, reply, pause)
         stats.prompt_seconds = time.perf_counter() - started - paused
         draft_seconds0 = drafter.seconds
         started = time.perf_counter()
@@ -268,8 +269,12 @@ class SpeculativeEngine:
                 if reply.cancel.is_set():
                     stats.stop_reason = StopReason.CANCELLED
                     return
-                step = self._draft(committed, room, reply)
-                rows = self._verify(committed, step, reply)
+                if first is not None:  # the prompt's own logits: the first token, the target's alone
+                    now = time.perf_counter()
+                    step, rows, first = _Round(started=now, drafted_at=now), first, None
+                else:
+                    step = self._draft(committed, room, reply)
+                    rows = self._verify(committed, step, reply)
                 draft, n_accepted, token, choice = self._accept(step, rows, reply)
                 assert 0 <= n_accepted <= len(draft), "accepted more than was drafted"
                 # Roll back: keep what was committed, minus the new last token.
@@ -428,41 +433,37 @@ class SpeculativeEngine:
         return self._copier.copy(committed, k, reply.sampling, reply.sources, own=own,
                                  stretch_to=min(COPY_MOST, k_room) if reply.policy.adapts else 0)
 
-    def _prefill(self, committed: list[int], reply: _Reply, pause: Callable[[], None] | None = None) -> float:
-        """Bring both caches to the prompt minus its last token, reusing any common prefix;
-        the seconds spent in ``pause`` (between pieces of a long prompt) come back."""
+    def _prefill(self, committed: list[int], reply: _Reply,
+                 pause: Callable[[], None] | None = None) -> tuple[float, np.ndarray]:
+        """Bring the target's cache to the whole prompt, reusing any common prefix; the
+        seconds spent in ``pause`` (between pieces of a long prompt) come back, with the
+        logits of the prompt's last token."""
         reuse = min(common_prefix(self.target.tokens, committed), len(committed) - 1)
         self.target.trim(reuse)
-        rest = committed[reuse:-1]
+        body = committed[reuse:-1]
         paused = 0.0
-        if len(rest) > 1:
-            body = rest[:-1]
-            step = PAUSE_EVERY if pause is not None else len(body)
-            for start in range(0, len(body), step):
-                self.target.evaluate(body[start:start + step], [])
-                if pause is not None and start + step < len(body):
-                    t = time.perf_counter()
-                    pause()
-                    paused += time.perf_counter() - t
-        if rest:
-            # The prompt's last cached token on its own, with its logits: exactly a plain
-            # step, measured for Stats.seconds_saved (a drafting reply may run none), at
-            # the price of one more call.
-            t = time.perf_counter()
-            self.target.evaluate(rest[-1:], [0])
-            step = time.perf_counter() - t
-            self._plain_steps.add(step)
-            # The auto policy needs it too: one token goes down a cheaper path than a batch
-            # (matrix-vector), so the line through its batches' costs cannot tell what a
-            # plain step costs (F16 Gemma on a CPU: 36 ms extrapolated, 25 measured), and
-            # it drafted at a loss until a plain round happened to measure one.
-            reply.policy.observe_verify(1, step)
-        reply.stats.prompt_eval_tokens = len(rest) + 1
-        if reply.drafter.unread(committed) > READ_BEFORE_FIRST_TOKEN:
-            reply.reads_later = True
-        else:
-            reply.drafter.prepare(committed)
-        return paused
+        step = PAUSE_EVERY if pause is not None else max(len(body), 1)
+        for start in range(0, len(body), step):
+            self.target.evaluate(body[start:start + step], [])
+            if pause is not None and start + step < len(body):
+                t = time.perf_counter()
+                pause()
+                paused += time.perf_counter() - t
+        # The prompt's last token on its own, with its logits: exactly a plain step,
+        # measured for Stats.seconds_saved (a drafting reply may run none), at the price
+        # of one more call. The auto policy needs it too: one token goes down a cheaper
+        # path than a batch (matrix-vector), so the line through its batches' costs cannot
+        # tell what a plain step costs (F16 Gemma on a CPU: 36 ms extrapolated, 25
+        # measured), and it drafted at a loss until a plain round happened to measure one.
+        t = time.perf_counter()
+        rows = np.array(self.target.evaluate(committed[-1:], [0]))
+        step_seconds = time.perf_counter() - t
+        self._plain_steps.add(step_seconds)
+        reply.policy.observe_verify(1, step_seconds)
+        reply.stats.prompt_eval_tokens = len(committed) - reuse
+        if reply.masked is not None:
+            rows[:, reply.masked] = -np.inf
+        return paused, rows
 
     def _read_later(self, committed: list[int], reply: _Reply) -> float:
         """The drafter reads the prompt (and the first round) now that the first token is

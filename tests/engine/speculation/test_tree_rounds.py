@@ -50,8 +50,9 @@ def _pvalue(counts: Counter, exact: dict, n: int) -> float:
 
 @pytest.mark.parametrize("copying", [False, True], ids=["second candidates", "forked copies"])
 def test_sampled_tree_rounds_follow_the_target_and_not_the_draft(copying):
-    """Markov target and draft, temperature 1, every round a tree: 3-token sequences match
-    the target's joint (chi-square) and are told apart from the draft's."""
+    """Markov target and draft, temperature 1, every round after the first token (the
+    prompt's own) a tree: 3-token sequences match the target's joint (chi-square) and are
+    told apart from the draft's."""
     rng = np.random.default_rng(7)
     vocab = 5
     target_logits = rng.normal(0, 1.5, (vocab, vocab))
@@ -59,24 +60,27 @@ def test_sampled_tree_rounds_follow_the_target_and_not_the_draft(copying):
     target = MarkovBackend(target_logits)
     engine = SpeculativeEngine(target, ModelDrafter(MarkovBackend(draft_logits), vocab))
     # Copying: the prompt has an earlier 1 followed by 2, 0 and a copy source has 1 then 3, 3:
-    # the first round copies the one and forks to the other.
+    # after a first token 1, the round copies the one and forks to the other.
     prompt, sources = ([3, 4, 1, 2, 0, 1], [[4, 1, 3, 3]]) if copying else ([0, 1], None)
     n = 20_000
     counts: Counter[tuple[int, ...]] = Counter()
-    rounds = tree_rounds = branch_tokens = 0
+    rounds = tree_rounds = branch_tokens = replies_with_trees = 0
     for seed in range(n):
         generation = engine.generate(prompt, SamplingConfig(temperature=1.0, seed=seed),
                                      SpecConfig(draft_max=3, copy_min=1 if copying else 0), max_tokens=3,
                                      policy=AlwaysBranch(3), copy_sources=sources)
         counts[tuple(e.id for e in generation)] += 1
         stats = generation.stats
-        assert stats.tree_rounds >= 1  # the first token always comes out of a tree
+        replies_with_trees += stats.tree_rounds >= 1
         rounds += stats.rounds
         tree_rounds += stats.tree_rounds
         branch_tokens += stats.branch_tokens
         assert len(target.tokens) == len(prompt) + stats.tokens - 1  # one sequence, the committed one
     assert sum(counts.values()) == n
-    assert tree_rounds >= n and branch_tokens > n // 20, "branches should be taken, and often"
+    # The second token always comes out of a tree where the draft model drafts; a copy
+    # forks only where two continuations of the first token disagree.
+    assert replies_with_trees >= (n // 10 if copying else n), replies_with_trees
+    assert branch_tokens > n // 20 // (10 if copying else 1), "branches should be taken, and often"
     assert _pvalue(counts, _joint(target_logits, 1), n) > 1e-3
     assert _pvalue(counts, _joint(draft_logits, 1), n) < 1e-6
     exact = _joint(target_logits, 1)
