@@ -143,9 +143,10 @@ def test_two_server_requests_sharing_a_prefix(recurrent_pairs):
 
 
 def test_sampled_speculation_on_a_hybrid_keeps_the_target_distribution(recurrent_pairs):
-    """Temperature 1 on LFM2 drafted by its Q4_0 copy: the first two tokens' joint
+    """Temperature 1 on LFM2 drafted by its Q4_0 copy: the first three tokens' joint
     distribution with speculation equals plain decoding's (two-sample chi-square), through
-    rollbacks by llama.cpp's snapshots."""
+    rollbacks by llama.cpp's snapshots (the first token is the prompt's own; the second
+    round drafts)."""
     target, draft = recurrent_pairs["lfm2"]
     pair = load_pair(target, draft, n_ctx=256, n_threads=2)
     try:
@@ -156,7 +157,7 @@ def test_sampled_speculation_on_a_hybrid_keeps_the_target_distribution(recurrent
             for seed in range(n):
                 sampling = SamplingConfig(temperature=1.0, top_k=4, seed=seed, ignore_eos=True)
                 events = pair.engine.generate(prompt, sampling, SpecConfig(enabled=speculate, draft_max=3),
-                                              max_tokens=2)
+                                              max_tokens=3)
                 counts[speculate][tuple(e.id for e in events)] += 1
         assert pair.target.rollbacks["native"] > 0  # rejected drafts were rolled back
     finally:
