@@ -386,7 +386,6 @@ class LlamaBackend(VocabularyReader, ReadsApart):
         return cache_image.identity(self)
 
     def cache_image(self) -> CacheImage:
-        self._settle()
         return cache_image.image(self)
 
     def load_cache_image(self, image: CacheImage) -> None:

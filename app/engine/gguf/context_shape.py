@@ -39,9 +39,9 @@ def flash_attention(choice: str, *, gpu: bool, exact: bool, windowed: bool = Fal
 
     On a GPU, auto is llama.cpp's choice. On a CPU (and on RPC workers, whose device kind
     ggml's RPC does not report), llama.cpp's flash-attention kernel makes batched
-    verification slower as the context grows (9 tokens after 3,000: 88 ms without it, 114
-    ms with it; one step 29 against 33 ms; demo target, 2 threads) while it reads a prompt
-    faster (3,000 tokens: 8.3 s against 9.8). A context has one setting for both, so auto
+    verification slower as the context grows (9 tokens after 3,000: 76 ms without it, 386
+    ms with it; one step 37 against 62 ms; demo target, 2 threads of a Xeon, AVX-512) while
+    it reads a prompt faster (3,000 tokens: 7.8 s against 9.8; docs/performance.md). A context has one setting for both, so auto
     turns it off for decoding, and a long prompt is read by a second context with it on
     (``reads_apart``), except where ``exact``
     asks for batched logits identical to single-token ones: without flash attention, a
