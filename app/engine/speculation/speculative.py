@@ -449,9 +449,9 @@ class SpeculativeEngine:
                 t = time.perf_counter()
                 pause()
                 paused += time.perf_counter() - t
-        # The prompt's last token on its own, with its logits: exactly a plain step,
-        # measured for Stats.seconds_saved (a drafting reply may run none), at the price
-        # of one more call. The auto policy needs it too: one token goes down a cheaper
+        # The prompt's last token on its own, with its logits (the reply's first token):
+        # exactly a plain step, measured for Stats.seconds_saved (a drafting reply may run
+        # none), at the price of reading the prompt in two calls. The auto policy needs it too: one token goes down a cheaper
         # path than a batch (matrix-vector), so the line through its batches' costs cannot
         # tell what a plain step costs (F16 Gemma on a CPU: 36 ms extrapolated, 25
         # measured), and it drafted at a loss until a plain round happened to measure one.
