@@ -38,6 +38,7 @@ import numpy as np
 from app.backends.llama import cache_image, log_capture, rpc
 from app.backends.llama.backend_error import BackendError
 from app.backends.llama.flash_reader import ReadsApart
+from app.backends.llama.line_batch import fill_line
 from app.backends.llama.log_capture import last_error
 from app.backends.llama.mtp_head import HiddenRows, MtpHead, hidden_rows_on, read_hidden
 from app.backends.llama.process_setup import default_threads, ensure_initialised
@@ -542,13 +543,7 @@ class LlamaBackend(VocabularyReader, ReadsApart):
     def _decode(self, chunk: list[int], flags: list[bool]) -> None:
         batch = self._batch
         base = len(self._tokens)
-        for i, (token, flag) in enumerate(zip(chunk, flags)):
-            batch.token[i] = token
-            batch.pos[i] = base + i
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = 0
-            batch.logits[i] = flag
-        batch.n_tokens = len(chunk)
+        fill_line(batch, chunk, base, flags)
         status = ll.llama_decode(self._ctx, batch)
         if status != 0:
             # llama.cpp leaves the cache as it was before this batch.

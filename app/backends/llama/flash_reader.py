@@ -24,6 +24,7 @@ import llama_cpp as ll
 import numpy as np
 
 from app.backends.llama.backend_error import BackendError
+from app.backends.llama.line_batch import fill_line
 from app.backends.llama.log_capture import last_error
 from app.engine.gguf.context_shape import worth_reading_apart
 from app.engine.gguf.header import shown_name
@@ -78,13 +79,7 @@ class FlashReader:
         batch = self._batch
         for start in range(0, len(tokens), self.n_batch):
             chunk = tokens[start:start + self.n_batch]
-            for i, token in enumerate(chunk):
-                batch.token[i] = token
-                batch.pos[i] = pos + start + i
-                batch.n_seq_id[i] = 1
-                batch.seq_id[i][0] = 0
-                batch.logits[i] = False
-            batch.n_tokens = len(chunk)
+            fill_line(batch, chunk, pos + start, [False] * len(chunk))
             status = ll.llama_decode(self._ctx, batch)
             if status != 0:
                 raise BackendError(f"llama.cpp failed to read a batch with flash attention "
@@ -97,7 +92,8 @@ class FlashReader:
         columns = relaid(state, transposed=True) if state is not None else None
         if columns is None:
             return "base"
-        ll.llama_memory_seq_rm(memory, 0, -1, -1)
+        if not ll.llama_memory_seq_rm(memory, 0, -1, -1):
+            return "base"  # (nothing was removed)
         return "all" if _put(ctx, columns) else "none"
 
     def set_threads(self, n: int) -> None:
