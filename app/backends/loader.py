@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from app.backends.llama import rpc
+from app.backends.head_files import compact_head_for, forget
 from app.backends.llama.backend import LlamaBackend
 from app.backends.model_check import require_model_runs
 from app.engine.speculation.drafter_interface import Drafter
@@ -88,18 +89,25 @@ def load_pair(target_path: str | Path, draft_path: str | Path | None = None, *,
         compatibility = check_pair(target_path, draft_path, trial=False)  # each is tried before it loads
     head, head_note = own_head(target_path, drafter, bool(draft_path))
     devices = target_devices(rpc_workers, tensor_split)  # a worker not there: one line, before any load
+    # A float head drafting on this CPU drafts from a compact copy (head_files.py); the
+    # target then leaves its own MTP blocks unloaded.
+    compact = None
+    if head and not rpc_workers and (target_gpu_layers == 0 or not rpc.has_local_gpu()):
+        compact = compact_head_for(target_path, lambda f: report("compact MTP head", f))
     target = _load_target(target_path, devices, rpc_workers, tensor_split, n_ctx=n_ctx,
                           n_gpu_layers=target_gpu_layers, n_threads=n_threads, flash_attention=flash_attention,
-                          progress=_checked(target_path, "target", report), load_mtp=head)
+                          progress=_checked(target_path, "target", report), load_mtp=head and compact is None)
     draft_model: LlamaBackend | None = None
     chosen: Drafter | None = None
     note = ""
     try:
         if head:
             try:
-                chosen = HeadDrafter(target.mtp_head(), target.n_vocab, eog_ids=target.eog_ids)
+                chosen = HeadDrafter(target.mtp_head(compact), target.n_vocab, eog_ids=target.eog_ids)
             except EngineError as exc:
                 note = f"its MTP head could not run: {exc}"
+                if compact is not None:
+                    forget(compact)  # made again at the next load
         elif head_note:
             note = head_note
         elif drafter == DrafterKind.MODEL and draft_path:

@@ -64,6 +64,12 @@ def own_model_folders() -> list[Path]:
     return [_root("cache") / "models", _root("data")]
 
 
+def mtp_heads_dir() -> Path:
+    """Compact copies of float targets' MTP heads (app/backends/head_files.py): made
+    again whenever missing, so a cache. Not created until one is written."""
+    return _root("cache") / "mtp-heads"
+
+
 def drafts_dir() -> Path:
     """Drafts made from the user's targets (``tandem make-draft``): the user's data, kept."""
     return _ensure(data_dir() / "drafts")

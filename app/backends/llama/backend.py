@@ -40,7 +40,7 @@ from app.backends.llama.backend_error import BackendError
 from app.backends.llama.flash_reader import ReadsApart
 from app.backends.llama.line_batch import fill_line
 from app.backends.llama.log_capture import last_error
-from app.backends.llama.mtp_head import HiddenRows, MtpHead, hidden_rows_on, read_hidden
+from app.backends.llama.mtp_head import HiddenRows, MtpHead, hidden_rows_on, load_head_model, read_hidden
 from app.backends.llama.process_setup import default_threads, ensure_initialised
 from app.backends.llama.state_checkpoints import KEEP_EVERY, Checkpoint, Checkpoints
 from app.backends.llama.token_tree import leaf_sequences
@@ -486,20 +486,26 @@ class LlamaBackend(VocabularyReader, ReadsApart):
                 self._reader.set_threads(n)
             self.threads = n
 
-    def mtp_head(self) -> MtpHead:
+    def mtp_head(self, compact: str | os.PathLike[str] | None = None) -> MtpHead:
         """The model's MTP layers as a draft model reading this context (made once; closed
-        with this backend). The model must have been loaded with ``load_mtp``."""
+        with this backend): from ``compact``, a compact copy of them
+        (``app.engine.gguf.compact_head``), else from this model, which must have been
+        loaded with ``load_mtp``."""
         if self._head is not None:
             return self._head
-        if not self.load_mtp or ll.llama_model_n_layer_nextn(self._model) <= 0:
+        if ll.llama_model_n_layer_nextn(self._model) <= 0 or not (self.load_mtp or compact):
             raise BackendError(f"{shown_name(self.path)} was loaded without MTP layers")
         self._settle()
         n_embd = ll.llama_model_n_embd_out(self._model)
+        model = load_head_model(compact) if compact else self._model
+        if compact and ll.llama_model_n_embd_out(model) != n_embd:
+            ll.llama_model_free(model)
+            raise BackendError("the compact MTP head's rows are not as wide as the target's")
         hidden_rows_on(self._ctx, masked=False)  # every position's row, for the head to read
         self._hidden = HiddenRows(n_embd, self.n_ctx)
         try:
-            self._head = MtpHead(self, self._model, self._ctx, self._hidden)
-        except BaseException:
+            self._head = MtpHead(self, model, self._ctx, self._hidden, owns_model=bool(compact))
+        except BaseException:  # a head that owned its model freed it
             self._hidden = None
             raise
         # Rows of what the cache holds already are not known: drop it, so the next reply reads it again.

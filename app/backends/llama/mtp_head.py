@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 from typing import Protocol, Sequence
 
 import llama_cpp as ll
@@ -119,6 +120,21 @@ class HiddenRows:
         self._rows, self._known = saved[0].copy(), saved[1].copy()
 
 
+def load_head_model(path: str | os.PathLike[str]):
+    """A compact head file (``app.engine.gguf.compact_head``) as a llama.cpp model, on
+    this machine's CPU, its MTP blocks loaded. Raises BackendError."""
+    mparams = ll.llama_model_default_params()
+    mparams.load_mtp = True
+    mparams.n_gpu_layers = 0
+    model = ll.llama_model_load_from_file(os.fsencode(path), mparams)
+    if not model:
+        raise BackendError(f"llama.cpp could not load the compact MTP head ({last_error()})")
+    if ll.llama_model_n_layer_nextn(model) <= 0:
+        ll.llama_model_free(model)
+        raise BackendError("the compact MTP head has no MTP layers")
+    return model
+
+
 class MtpHead:
     """The target's MTP layers as a draft model (a ``ModelBackend`` for ``ModelDrafter``).
 
@@ -128,12 +144,15 @@ class MtpHead:
     lends_logits = False
     adaptive_threads = False  # it runs with the target's count, a layer at a time
 
-    def __init__(self, target: _Target, model, target_ctx, hidden: HiddenRows) -> None:
+    def __init__(self, target: _Target, model, target_ctx, hidden: HiddenRows, owns_model: bool = False) -> None:
         self._hidden = hidden
+        # A compact copy's own model (``load_head_model``), freed with the head; else the target's.
+        self._model = model if owns_model else None
         self.n_vocab, self.n_ctx = target.n_vocab, target.n_ctx
         self.bos_id, self.eos_id, self.add_bos = target.bos_id, target.eos_id, target.add_bos
         self.eog_ids, self.chat_template = target.eog_ids, None
-        self.name = f"{target.name} (its MTP head)"
+        self.name = f"{target.name} (its MTP head{', a Q8_0 copy' if owns_model else ''})"
+        self.compact = owns_model
         self.layers = int(ll.llama_model_n_layer_nextn(model))
         self.n_embd = hidden.n_embd
         self.threads = target.threads
@@ -150,6 +169,7 @@ class MtpHead:
         cparams.ctx_other = target_ctx
         self._ctx = ll.llama_init_from_model(model, cparams)
         if not self._ctx:
+            self.close()
             raise BackendError(f"llama.cpp could not make a context for the MTP head ({last_error()})")
         try:
             hidden_rows_on(self._ctx, masked=True)
@@ -270,6 +290,9 @@ class MtpHead:
         if self._ctx:
             ll.llama_free(self._ctx)
             self._ctx = None
+        if self._model:
+            ll.llama_model_free(self._model)
+            self._model = None
 
     def __del__(self) -> None:
         try:
