@@ -252,6 +252,11 @@ STATED = [
     # The setting's own help (the settings dialog shows it) states it too.
     ("app/storage/settings.py", r"a prompt of (\d+) tokens or more", _constant("app.engine.gguf.context_shape",
                                                                               "READ_APART_MIN")),
+    # A float MTP head's compact copies (app/backends/head_files.py).
+    ("docs/speculative.md", r"at most (\d+) kept, the least recently used", _constant("app.backends.head_files",
+                                                                                     "HEADS_KEPT")),
+    ("docs/speculative.md", r"leave (\d+) GiB on the disk", lambda: _constant("app.backends.head_files",
+                                                                            "DISK_RESERVE")() / 2**30),
     ("docs/cli.md", r"replies of at most (\d+) tokens, context", _default("max_tokens")),
     ("docs/cli.md", r"tokens, context (\d+),", _default("n_ctx")),
 ]

@@ -58,6 +58,7 @@ class LoadCapture:
 
 
 _load: LoadCapture | None = None
+_UNUSED_TENSOR = re.compile(r"^model has unused tensor blk\.\d+\.\S+ \(size = \d+ bytes\) -- ignoring$")
 
 
 @ll.llama_log_callback
@@ -73,6 +74,11 @@ def _log_callback(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
         load.layer_devices[int(said.group(1))] = said.group(2)
     if load is not None and (said := _BUFFER_LINE.search(message)):
         load.buffers.append((said.group(1), _BUFFER_PARTS[said.group(2)], round(float(said.group(3)) * 2**20)))
+    if _log_level >= logging.WARNING and _UNUSED_TENSOR.search(message):
+        # A target whose MTP blocks are left on disk (its head drafts from a compact
+        # copy, app/backends/head_files.py) names each of them: expected, not a problem.
+        log.debug("%s", message)
+        return
     if _log_level >= logging.WARNING:
         _recent_errors.append(message)
     # llama.cpp is chatty at INFO; keep it at DEBUG unless it is a problem.
