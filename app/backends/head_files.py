@@ -15,6 +15,7 @@ import hashlib
 import logging
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -28,6 +29,7 @@ log = logging.getLogger("tandem.heads")
 
 HEADS_KEPT = 4
 DISK_RESERVE = 2 << 30  # never leave less than this free on the disk
+STALE_PARTIAL_S = 3600  # a partial copy this old was left by a process that died writing it
 
 
 def compact_head_for(target: ModelFile, progress: Callable[[float], None] | None = None) -> Path | None:
@@ -86,3 +88,6 @@ def _prune(folder: Path, keep: Path) -> None:
     heads = sorted(folder.glob("*.gguf"), key=lambda p: p.stat().st_mtime, reverse=True)
     for old in [h for h in heads if h != keep][HEADS_KEPT - 1:]:
         forget(old)
+    for partial in folder.glob("*.partial"):  # left by a process that died writing
+        if time.time() - partial.stat().st_mtime > STALE_PARTIAL_S:
+            forget(partial)

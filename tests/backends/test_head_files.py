@@ -7,6 +7,8 @@ with one line and is forgotten; a quantised target keeps drafting with its own h
 from __future__ import annotations
 
 import logging
+import os
+import time
 
 import pytest
 
@@ -149,10 +151,16 @@ def test_without_room_in_memory_the_target_drafts_with_its_own_head(float_models
         pair.target.close()
 
 
-def test_at_most_a_few_copies_are_kept(float_models, home, tmp_path):
+def test_at_most_a_few_copies_are_kept_and_dead_writers_leave_nothing_behind(float_models, home):
     folder = paths.mtp_heads_dir()
     folder.mkdir(parents=True)
     for i in range(head_files.HEADS_KEPT + 2):
         (folder / f"old-{i}.gguf").write_bytes(b"x")
-    compact_head_for(open_model_file(float_models["qwen35"]))
-    assert len(_heads()) == head_files.HEADS_KEPT
+    dead, writing = folder / "x.gguf.1.partial", folder / "y.gguf.2.partial"
+    dead.write_bytes(b"x")
+    writing.write_bytes(b"x")
+    long_ago = time.time() - head_files.STALE_PARTIAL_S - 60
+    os.utime(dead, (long_ago, long_ago))
+    made = compact_head_for(open_model_file(float_models["qwen35"]))
+    assert len(_heads()) == head_files.HEADS_KEPT and made in _heads()
+    assert not dead.exists() and writing.exists()  # another process may be writing that one

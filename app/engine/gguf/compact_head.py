@@ -95,10 +95,11 @@ def compact_plan(architecture: str, values: dict, tensors: tuple[TensorInfo, ...
 def write_compact_head(source: str | os.PathLike[str], dest: str | os.PathLike[str], plan: CompactPlan,
                        progress: Callable[[float], None] | None = None) -> None:
     """Write ``plan``'s compact head of ``source`` to ``dest`` (through a temporary file
-    beside it, renamed at the end: a half-written file is never left under ``dest``).
+    beside it, this process's own, renamed at the end: a half-written file is never left
+    under ``dest``).
     Raises CompactHeadError."""
     dest = Path(dest)
-    partial = dest.with_name(dest.name + ".partial")
+    partial = dest.with_name(f"{dest.name}.{os.getpid()}.partial")  # two processes never share one
     try:
         reader = gguf.GGUFReader(os.fspath(source))
         arch = str(reader.fields["general.architecture"].contents())
