@@ -76,6 +76,8 @@ def compact_plan(architecture: str, values: dict, tensors: tuple[TensorInfo, ...
         return None, "no MTP blocks after a trunk"
     blocks = tuple(range(n_layer - nextn, n_layer))
     by_name = {t.name: t for t in tensors}
+    if not all(f"blk.{b}.nextn.eh_proj.weight" in by_name for b in blocks):
+        return None, "its MTP blocks are not in this file (another part of a split file?)"
     head = next((by_name[name] for name in (*(f"blk.{b}.nextn.shared_head_head.weight" for b in blocks),
                                              "output.weight", "token_embd.weight") if name in by_name), None)
     if head is None or head.ggml_type not in _FLOAT:
@@ -105,7 +107,8 @@ def write_compact_head(source: str | os.PathLike[str], dest: str | os.PathLike[s
         arch = str(reader.fields["general.architecture"].contents())
         writer = gguf.GGUFWriter(os.fspath(partial), arch)
         for key, field in reader.fields.items():
-            if key.startswith("GGUF.") or key == "general.architecture":
+            # The writer sets the architecture and lays the data out at its own alignment.
+            if key.startswith("GGUF.") or key in ("general.architecture", "general.alignment"):
                 continue
             kind = field.types[0]
             if kind == gguf.GGUFValueType.ARRAY:

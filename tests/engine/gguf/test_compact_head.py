@@ -44,6 +44,7 @@ def test_a_float_output_matrix_gets_a_compact_head_of_the_last_blocks():
     (_model(arch="llama"), "no MTP graph"),
     (_model(nextn=0), "no MTP blocks"),
     (_model(layers=1), "no MTP blocks"),
+    (_model(layers=3)[:2] + (_model(layers=3)[2][:-1],), "not in this file"),  # a split file's first part
 ])
 def test_no_compact_head_where_it_would_not_pay_or_run(model, reason):
     plan, why = compact_plan(*model)
