@@ -48,7 +48,7 @@ from app.engine.types import SpecConfig
 
 AUTO_MAX = 12          # longest draft auto will try
 PROBE_EVERY = 16       # plain rounds between probes once speculation stopped paying
-EXPLORE_EVERY = 8      # every so often draft one token more or less, to measure other batch sizes
+EXPLORE_EVERY = 8      # every so often draft one token more or less (never none), to measure other batch sizes
 WARMUP_ROUNDS = 8      # speculate at least this long before judging that it does not pay
 OFF_AFTER = 4          # consecutive "plain is faster" verdicts before speculation stops
 CLEAR_LEAD = 1.10      # plain's expected speed over the best draft's that is a clear verdict ...
@@ -185,7 +185,10 @@ class AutoDraftLength:
             k = self._last_length
         elif k == 0:
             k = self._last_length  # not convinced yet: keep drafting
-        elif self._rounds % EXPLORE_EVERY == 0:
+        elif self._rounds % EXPLORE_EVERY == 0 and (k > 1 or (self._rounds // EXPLORE_EVERY) % 2):
+            # One token more or less, but never down to a plain round: every reply's first
+            # token is a timed plain step already, and where one drafted token is best (an
+            # MTP head on a quantised file) a plain round gave up a fifth of its tokens.
             k += 1 if (self._rounds // EXPLORE_EVERY) % 2 else -1
         return self._plan(max(0, min(k, limit)), best)
 
