@@ -252,6 +252,8 @@ STATED = [
     # The setting's own help (the settings dialog shows it) states it too.
     ("app/storage/settings.py", r"a prompt of (\d+) tokens or more", _constant("app.engine.gguf.context_shape",
                                                                               "READ_APART_MIN")),
+    ("docs/speculative.md", r"Every (\d+)th round auto drafts one token more", _constant(
+        "app.engine.speculation.draft_policy", "EXPLORE_EVERY")),
     # A float MTP head's compact copies (app/backends/head_files.py).
     ("docs/speculative.md", r"at most (\d+) kept, the least recently used", _constant("app.backends.head_files",
                                                                                      "HEADS_KEPT")),
