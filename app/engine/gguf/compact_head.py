@@ -30,11 +30,9 @@ import gguf
 import numpy as np
 
 from app.engine.gguf.draft_heads import MTP_ARCHITECTURES, mtp_layers
-from app.engine.gguf.header import TensorInfo
+from app.engine.gguf.header import FLOAT_TENSOR_TYPES, TensorInfo
 
 Q8_0 = gguf.GGMLQuantizationType.Q8_0
-_FLOAT = {gguf.GGMLQuantizationType.F32: "F32", gguf.GGMLQuantizationType.F16: "F16",
-          gguf.GGMLQuantizationType.BF16: "BF16"}
 # The matrices a head step multiplies by (and the embedding it reads rows of): these go
 # to Q8_0. Norms, routers, biases and anything else keep their type, as llama.cpp's
 # own quantiser keeps them.
@@ -80,7 +78,7 @@ def compact_plan(architecture: str, values: dict, tensors: tuple[TensorInfo, ...
         return None, "its MTP blocks are not in this file (another part of a split file?)"
     head = next((by_name[name] for name in (*(f"blk.{b}.nextn.shared_head_head.weight" for b in blocks),
                                              "output.weight", "token_embd.weight") if name in by_name), None)
-    if head is None or head.ggml_type not in _FLOAT:
+    if head is None or not head.is_float:
         return None, "its output matrix is quantised already"
     kept: list[tuple[str, bool]] = []
     size = 0
@@ -91,7 +89,7 @@ def compact_plan(architecture: str, values: dict, tensors: tuple[TensorInfo, ...
         small = _to_q8(tensor)
         kept.append((tensor.name, small))
         size += _q8_bytes(tensor.shape) if small else tensor.nbytes
-    return CompactPlan(blocks, tuple(kept), size, _FLOAT[head.ggml_type]), ""
+    return CompactPlan(blocks, tuple(kept), size, FLOAT_TENSOR_TYPES[head.ggml_type]), ""
 
 
 def write_compact_head(source: str | os.PathLike[str], dest: str | os.PathLike[str], plan: CompactPlan,
@@ -150,7 +148,7 @@ def _block_of(name: str) -> int | None:
 
 
 def _to_q8(tensor: TensorInfo) -> bool:
-    return (tensor.ggml_type in _FLOAT and len(tensor.shape) >= 2 and tensor.shape[0] % 32 == 0
+    return (tensor.is_float and len(tensor.shape) >= 2 and tensor.shape[0] % 32 == 0
             and tensor.name.endswith(_MATRICES))
 
 

@@ -79,6 +79,14 @@ class TensorInfo:
     ggml_type: int
     nbytes: int
 
+    @property
+    def is_float(self) -> bool:
+        """F32, F16 or BF16: not quantised."""
+        return self.ggml_type in FLOAT_TENSOR_TYPES
+
+
+FLOAT_TENSOR_TYPES = {0: "F32", 1: "F16", 30: "BF16"}  # ggml type -> name
+
 
 def validate_gguf(path: str | os.PathLike[str]) -> GGUFHeader:
     """Check a GGUF file's structure against its size, and its metadata against what

@@ -185,11 +185,12 @@ class AutoDraftLength:
             k = self._last_length
         elif k == 0:
             k = self._last_length  # not convinced yet: keep drafting
-        elif self._rounds % EXPLORE_EVERY == 0 and (k > 1 or (self._rounds // EXPLORE_EVERY) % 2):
+        elif self._rounds % EXPLORE_EVERY == 0:
             # One token more or less, but never down to a plain round: every reply's first
             # token is a timed plain step already, and where one drafted token is best (an
             # MTP head on a quantised file) a plain round gave up a fifth of its tokens.
-            k += 1 if (self._rounds // EXPLORE_EVERY) % 2 else -1
+            up = (self._rounds // EXPLORE_EVERY) % 2
+            k += 1 if up else -1 if k > 1 else 0
         return self._plan(max(0, min(k, limit)), best)
 
     def _plan(self, length: int, best: BestDraft) -> RoundPlan:

@@ -37,8 +37,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import gguf
-
 from app.engine.errors import EngineError
 from app.engine.gguf.header import GGUFHeader, TensorInfo, scan_header, shown_name
 
@@ -191,14 +189,9 @@ def estimate_bytes(tensors: list[TensorInfo], variant: str, header: GGUFHeader |
         else:
             chosen = VARIANTS[variant]
             bits = chosen.bits if tensor.shape[0] % 256 == 0 else chosen.fallback_bits
-        total += min(tensor.nbytes, int(elements * bits / 8)) if _is_float(tensor) else int(elements * bits / 8)
+        total += min(tensor.nbytes, int(elements * bits / 8)) if tensor.is_float else int(elements * bits / 8)
     metadata = header.data_offset if header is not None else 0
     return int(total * _MARGIN) + metadata + _EXTRA_BYTES
-
-
-def _is_float(tensor: TensorInfo) -> bool:
-    return tensor.ggml_type in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16,
-                                gguf.GGMLQuantizationType.BF16)
 
 
 def _variant_name(variant: str, layers: int | None) -> str:
