@@ -16,7 +16,7 @@ from app.backends.head_files import compact_head_for, forget
 from app.backends.llama.backend import LlamaBackend
 from app.backends.model_check import require_model_runs
 from app.engine.speculation.drafter_interface import Drafter
-from app.engine.speculation.drafters import HeadDrafter, LookupDrafter, ModelDrafter
+from app.engine.speculation.drafters import EagleDrafter, HeadDrafter, LookupDrafter, ModelDrafter
 from app.engine.errors import EngineError
 from app.engine.speculation.lookahead import LookaheadDrafter
 from app.engine.gguf.meta import Compatibility, pair_verdict
@@ -110,6 +110,13 @@ def load_pair(target_path: str | Path, draft_path: str | Path | None = None, *,
                     forget(compact)  # made again at the next load
         elif head_note:
             note = head_note
+        elif drafter == DrafterKind.MODEL and draft_path and compatibility.reads_target:
+            try:  # an EAGLE-3 drafter: a head of the target's, from a file of its own
+                _checked(draft_path, "draft", report)(1.0)  # its trial load, before this process loads it
+                head_model = target.eagle_head(draft_path, draft_path.metadata.eagle3_layers)
+                chosen = EagleDrafter(head_model, target.n_vocab, eog_ids=target.eog_ids)
+            except EngineError as exc:
+                note = f"the EAGLE-3 drafter could not run: {exc}"
         elif drafter == DrafterKind.MODEL and draft_path:
             if compatibility.ok:
                 draft_model = LlamaBackend(draft_path, n_ctx=target.n_ctx, n_gpu_layers=draft_gpu_layers,

@@ -60,6 +60,8 @@ def run_trial(path: Path) -> dict:
     # when they outnumber free cores (a 16-token batch of the 135M demo model took
     # 4.5 s with 2 threads on 2 busy cores, 0.3 s with 1).
     _emit({"stage": "loading", "fraction": 0.0})
+    if _reads_a_target(path):
+        return _drafter_trial(path, started)
     model = LlamaBackend(path, n_ctx=TRIAL_CTX, n_gpu_layers=0, n_threads=max(1, default_threads() // 2),
                          progress=progress)
     try:
@@ -87,6 +89,34 @@ def run_trial(path: Path) -> dict:
     result = {"stage": "done", "ok": finite, "seconds": round(time.perf_counter() - started, 3)}
     if not finite:
         result["error"] = "llama.cpp computed non-finite logits (NaN or infinity) for it"
+    return result
+
+
+def _reads_a_target(path: Path) -> bool:
+    """A drafter file that reads its target's layers (EAGLE-3): it runs only beside its
+    target, so its trial is the load alone (its context needs the target's)."""
+    from app.engine.gguf.model_file import open_model_file
+
+    return open_model_file(path).metadata.architecture == "eagle3"
+
+
+def _drafter_trial(path: Path, started: float) -> dict:
+    from app.backends.llama import layer_inputs
+    from app.backends.llama.eagle_head import load_drafter_model
+    from app.backends.llama.process_setup import ensure_initialised
+    from app.engine.gguf.draft_heads import EAGLE3_LAYERS
+
+    ensure_initialised()
+    model = load_drafter_model(path)
+    try:
+        layers = layer_inputs.target_layer_ids(model)
+    finally:
+        import llama_cpp as ll
+
+        ll.llama_model_free(model)
+    result = {"stage": "done", "ok": len(layers) == EAGLE3_LAYERS, "seconds": round(time.perf_counter() - started, 3)}
+    if not result["ok"]:
+        result["error"] = f"llama.cpp reads {len(layers)} target layers from it, not {EAGLE3_LAYERS}"
     return result
 
 

@@ -94,10 +94,11 @@ def cmd_check_pair(args: argparse.Namespace) -> int:
     if args.json:
         # "not_used": the lines about heads Tandem does not use, as before "heads" came.
         not_used = [line for line in heads if ": not used yet: " in line]
-        print(json.dumps({"compatible": result.ok, "through_text": result.through_text, "rule": result.rule,
+        print(json.dumps({"compatible": result.ok, "through_text": result.through_text,
+                          "reads_target": result.reads_target, "rule": result.rule,
                           "reason": result.reason, "heads": heads, "not_used": not_used, "memory": memory}))
     else:
-        print(result.reason if not result.ok or result.through_text else
+        print(result.reason if not result.ok or result.through_text or result.reads_target else
               f"Compatible: {shown_name(args.draft_path)} can draft for {shown_name(args.target_path)}.")
         for line in heads:
             print(line)

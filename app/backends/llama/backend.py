@@ -35,9 +35,10 @@ from typing import Callable, Sequence
 import llama_cpp as ll
 import numpy as np
 
-from app.backends.llama import cache_image, log_capture, rpc
+from app.backends.llama import cache_image, layer_inputs, log_capture, rpc
 from app.backends.llama.backend_error import BackendError
 from app.backends.llama.flash_reader import ReadsApart
+from app.backends.llama.eagle_head import EagleHead, TargetFeatures, load_drafter_model
 from app.backends.llama.line_batch import fill_line
 from app.backends.llama.log_capture import last_error
 from app.backends.llama.mtp_head import HiddenRows, MtpHead, hidden_rows_on, load_head_model, read_hidden
@@ -86,6 +87,7 @@ class LlamaBackend(VocabularyReader, ReadsApart):
         self._batch = None
         self._head: MtpHead | None = None
         self._hidden: HiddenRows | None = None  # its rows by position, while a head reads them
+        self._read_rows: Callable[[int], np.ndarray] | None = None  # the last decode's rows for it
         self._workers: tuple[str, ...] = ()  # RPC workers its layers live on, while loaded
         # Over workers: how many of its layers each holds, workers first, then "here"
         # (this machine's devices together); () for a load without workers.
@@ -440,7 +442,7 @@ class LlamaBackend(VocabularyReader, ReadsApart):
             raise BackendError(f"llama.cpp failed to evaluate a token tree (code {status}: {last_error()})")
         self._lag = 0
         if self._hidden is not None:  # the kept branch's rows go in at keep_branch
-            every_row = read_hidden(self._ctx, lag + n, self._hidden.n_embd)
+            every_row = self._read_rows(lag + n)
             self._hidden.put(base, every_row[:lag])
             self._tree_rows = every_row[lag:].copy()
         rows = self._logits_view(n)
@@ -502,11 +504,42 @@ class LlamaBackend(VocabularyReader, ReadsApart):
             ll.llama_model_free(model)
             raise BackendError("the compact MTP head's rows are not as wide as the target's")
         hidden_rows_on(self._ctx, masked=False)  # every position's row, for the head to read
-        self._hidden = HiddenRows(n_embd, self.n_ctx)
+        self._read_rows = lambda n: read_hidden(self._ctx, n, n_embd)
+        return self._attach(HiddenRows(n_embd, self.n_ctx),
+                            lambda rows: MtpHead(self, model, self._ctx, rows, owns_model=bool(compact)))
+
+    def eagle_head(self, path: str | os.PathLike[str], layers: Sequence[int]) -> EagleHead:
+        """An EAGLE-3 drafter file as a draft model reading this context's ``layers``
+        (made once; closed with this backend). Only for a pair ``eagle3_problem`` passed:
+        llama.cpp aborts on a layer this architecture's graph does not name."""
+        if self._head is not None:
+            return self._head
+        self._settle()
+        n_embd = ll.llama_model_n_embd(self._model)
+        n_layer = ll.llama_model_n_layer(self._model)
+        model = load_drafter_model(path)
         try:
-            self._head = MtpHead(self, model, self._ctx, self._hidden, owns_model=bool(compact))
-        except BaseException:  # a head that owned its model freed it
-            self._hidden = None
+            read = layer_inputs.target_layer_ids(model)
+            if read != list(layers):
+                raise BackendError(f"llama.cpp reads the drafter's target layers as {read}, not {list(layers)}")
+            if n_layer in layers:
+                hidden_rows_on(self._ctx, masked=False)
+            features = TargetFeatures(self._ctx, layers, n_layer, n_embd)
+        except BaseException:
+            ll.llama_model_free(model)
+            raise
+        self._read_rows = features.read
+        return self._attach(HiddenRows(features.width, self.n_ctx),
+                            lambda rows: EagleHead(self, model, self._ctx, rows))
+
+    def _attach(self, rows: HiddenRows, make: Callable[[HiddenRows], MtpHead]) -> MtpHead:
+        """A head reading this context's ``rows`` from now on; a head that cannot be
+        made freed its model and leaves this context as it was."""
+        self._hidden = rows
+        try:
+            self._head = make(rows)
+        except BaseException:
+            self._hidden = self._read_rows = None
             raise
         # Rows of what the cache holds already are not known: drop it, so the next reply reads it again.
         self.trim(0)
@@ -555,7 +588,7 @@ class LlamaBackend(VocabularyReader, ReadsApart):
             # llama.cpp leaves the cache as it was before this batch.
             raise BackendError(f"llama.cpp failed to evaluate a batch (code {status}: {last_error()})")
         if self._hidden is not None:
-            self._hidden.put(base, read_hidden(self._ctx, len(chunk), self._hidden.n_embd))
+            self._hidden.put(base, self._read_rows(len(chunk)))
         self._tokens.extend(chunk)
         self._snapshot_span = (base, base + len(chunk))
 

@@ -143,6 +143,9 @@ class MtpHead:
 
     lends_logits = False
     adaptive_threads = False  # it runs with the target's count, a layer at a time
+    # Where entry i (token i) sits: an MTP head reads (token p, the target's row p - 1)
+    # at position p; an EAGLE-3 drafter (``eagle_head.py``) one position earlier.
+    pos_shift = 0
 
     def __init__(self, target: _Target, model, target_ctx, hidden: HiddenRows, owns_model: bool = False) -> None:
         self._hidden = hidden
@@ -151,10 +154,10 @@ class MtpHead:
         self.n_vocab, self.n_ctx = target.n_vocab, target.n_ctx
         self.bos_id, self.eos_id, self.add_bos = target.bos_id, target.eos_id, target.add_bos
         self.eog_ids, self.chat_template = target.eog_ids, None
-        self.name = f"{target.name} (its MTP head{', a Q8_0 copy' if owns_model else ''})"
+        self.name = self._name(target.name, owns_model)
         self.compact = owns_model
-        self.layers = int(ll.llama_model_n_layer_nextn(model))
-        self.n_embd = hidden.n_embd
+        self.layers = self._layers(model)
+        self.n_embd = int(ll.llama_model_n_embd_out(model)) if owns_model else hidden.n_embd
         self.threads = target.threads
         self.blind_steps = 0  # steps that found no row to read (zeros read instead): guesses only
         self._ctx = self._batch = None
@@ -165,17 +168,17 @@ class MtpHead:
         cparams.n_rs_seq = 0
         cparams.n_threads = cparams.n_threads_batch = target.threads
         cparams.no_perf = True
-        cparams.ctx_type = ll.LLAMA_CONTEXT_TYPE_MTP
+        self._context_type(cparams)
         cparams.ctx_other = target_ctx
         self._ctx = ll.llama_init_from_model(model, cparams)
         if not self._ctx:
             self.close()
-            raise BackendError(f"llama.cpp could not make a context for the MTP head ({last_error()})")
+            raise BackendError(f"llama.cpp could not make a context for {self._what} ({last_error()})")
         try:
             hidden_rows_on(self._ctx, masked=True)
             self._batch = ll.llama_batch_ext_init(self._ctx)
             if not self._batch:
-                raise BackendError("llama.cpp could not make a batch for the MTP head")
+                raise BackendError(f"llama.cpp could not make a batch for {self._what}")
         except BaseException:
             self.close()
             raise
@@ -190,6 +193,25 @@ class MtpHead:
         # the target's rows once the target has judged them (llama.cpp's catch-up).
         self._first_guess: int | None = None
         self._zeros = np.zeros(self.n_embd, dtype=np.float32)
+
+    _what = "the MTP head"
+
+    @staticmethod
+    def _name(target_name: str, owns_model: bool) -> str:
+        return f"{target_name} (its MTP head{', a Q8_0 copy' if owns_model else ''})"
+
+    @staticmethod
+    def _layers(model) -> int:
+        return int(ll.llama_model_n_layer_nextn(model))
+
+    @staticmethod
+    def _context_type(cparams) -> None:
+        cparams.ctx_type = ll.LLAMA_CONTEXT_TYPE_MTP
+
+    def _rows_in(self, rows: list[np.ndarray], from_target: list[bool]) -> np.ndarray:
+        """The rows a batch's entries read, as one float32 array (kept alive by the
+        caller until llama.cpp has run it): the target's rows are read as they are."""
+        return np.ascontiguousarray(np.stack(rows), dtype=np.float32)
 
     @property
     def tokens(self) -> list[int]:
@@ -210,15 +232,16 @@ class MtpHead:
         i = 0
         while i < len(tokens):
             row, exact = self._pair_row(start + i)
-            rows = [row]
+            rows, from_target = [row], [exact and start + i > 0]
             j = i + 1
             # A long run (a prompt read at once) goes in batches of at most n_batch.
             while (j < len(tokens) and j - i < self._n_batch
                    and (row := self._hidden.row(start + j - 1)) is not None):
                 rows.append(row)
+                from_target.append(True)
                 j += 1
             flags = [i + k in wanted or i + k == j - 1 for k in range(j - i)]
-            self._decode(tokens[i:j], start + i, rows, flags)
+            self._decode(tokens[i:j], start + i, self._rows_in(rows, from_target), flags)
             if not exact and (self._first_guess is None or self._first_guess > start + i):
                 self._first_guess = start + i
             for k in range(j - i):  # rows are asked for by their index in the batch
@@ -249,10 +272,10 @@ class MtpHead:
         self.blind_steps += 1
         return self._zeros, False
 
-    def _decode(self, tokens: list[int], start: int, rows: list[np.ndarray], flags: list[bool]) -> None:
+    def _decode(self, tokens: list[int], start: int, held: np.ndarray, flags: list[bool]) -> None:
+        """``held``: each entry's row, alive until llama_process returns."""
         batch = self._batch
         ll.llama_batch_ext_clear(batch)
-        held = np.ascontiguousarray(np.stack(rows), dtype=np.float32)  # alive until llama_process returns
         row_size = self.n_embd * ctypes.sizeof(ctypes.c_float)
         base = held.ctypes.data
         pos = (ctypes.c_int32 * 4)()
@@ -260,7 +283,7 @@ class MtpHead:
             idx = ll.llama_batch_ext_add_token(batch, 0, token)
             if idx != k:
                 raise BackendError(f"llama.cpp refused token {k} of the MTP head's batch (code {idx})")
-            pos[0] = start + k
+            pos[0] = start + k - self.pos_shift
             ll.llama_batch_ext_set_pos(batch, idx, pos)
             embd = ll.llama_embd(ctypes.cast(base + k * row_size, ctypes.POINTER(ctypes.c_float)), 1, self.n_embd)
             if not ll.llama_batch_ext_set_embd_token(batch, idx, embd):
@@ -269,12 +292,12 @@ class MtpHead:
                 ll.llama_batch_ext_set_output_logits(batch, idx, True)
         status = ll.llama_process(self._ctx, ll.LLAMA_PROCESS_TYPE_DECODE, batch)
         if status != 0:
-            raise BackendError(f"llama.cpp failed to run the MTP head (code {status}: {last_error()})")
+            raise BackendError(f"llama.cpp failed to run {self._what} (code {status}: {last_error()})")
         self._tokens.extend(tokens)
 
     def trim(self, n_keep: int) -> None:
         if n_keep < len(self._tokens):
-            if not ll.llama_memory_seq_rm(self._memory, 0, n_keep, -1):
+            if not ll.llama_memory_seq_rm(self._memory, 0, max(0, n_keep - self.pos_shift), -1):
                 ll.llama_memory_clear(self._memory, True)
                 n_keep = 0
             del self._tokens[n_keep:]

@@ -40,9 +40,20 @@ DFLASH = "a DFlash drafter"
 GEMMA4_ASSISTANT = "a Gemma 4 assistant drafter"
 
 # Drafter files of their own (general.architecture -> what they are): made for one
-# target, they read its hidden states, which this build of Tandem does not hand them.
-HIDDEN_STATE_DRAFTERS = {"eagle3": "an EAGLE-3 drafter", "dflash": DFLASH,
+# target, they read its hidden states. An EAGLE-3 drafter runs (named as the draft,
+# ``eagle3_problem``); the others are recognised and said to be unused.
+EAGLE3_DRAFTER = "an EAGLE-3 drafter"
+HIDDEN_STATE_DRAFTERS = {"eagle3": EAGLE3_DRAFTER, "dflash": DFLASH,
                          "gemma4-assistant": GEMMA4_ASSISTANT}
+
+# Targets whose graph in the vendored llama.cpp names every layer's input
+# (``res->t_layer_inp[il]`` in src/models/<arch>.cpp), which an EAGLE-3 drafter reads:
+# asking another architecture for one ends the process (GGML_ASSERT "layer input tensor
+# is null"), so it is refused here. qwen4exp and gemma4 name them on some paths only.
+LAYER_INPUT_ARCHITECTURES = frozenset({
+    "llama", "qwen3", "qwen3moe", "qwen3next", "qwen35", "qwen35moe", "lfm2", "muse-glimmer", "gpt-oss",
+    "deepseek4", "minimax-01", "minimax-m2", "bailingmoe3", "nemotron_h", "nanbeige", "hunyuan_vl"})
+EAGLE3_LAYERS = 3  # llama.cpp's draft-eagle3 reads exactly three
 
 NO_MTP_HEAD = "it has no MTP head"
 CANNOT_RUN = "its MTP head cannot run: "
@@ -118,6 +129,33 @@ _MTP_KEY_SUFFIXES = (
     ".attention.value_length_mla", ".attention.q_lora_rank", ".attention.temperature_scale",
     ".rope.dimension_count", ".rope.dimension_count_swa",
 )
+
+
+def eagle3_reads(values: Mapping[str, Any]) -> tuple[tuple[int, ...], int]:
+    """An EAGLE-3 drafter's target layers (``eagle3.target_layers``) and the target row
+    width it was trained on (``eagle3.target_hidden_size``); empty and 0 where absent."""
+    layers = values.get("eagle3.target_layers")
+    width = values.get("eagle3.target_hidden_size")
+    layers = tuple(layers) if isinstance(layers, (list, tuple)) and all(type(v) is int for v in layers) else ()
+    return layers, width if type(width) is int else 0
+
+
+def eagle3_problem(target_arch: str, target_layers: int, target_width: int,
+                   reads: tuple[int, ...], width: int) -> str | None:
+    """None when an EAGLE-3 drafter that ``reads`` these layers of a ``width``-wide target
+    can draft for this one (``target_layers`` blocks, rows ``target_width`` wide) without
+    llama.cpp aborting; otherwise one line saying why not."""
+    if len(reads) != EAGLE3_LAYERS:
+        return f"its eagle3.target_layers names {len(reads)} layers, not {EAGLE3_LAYERS}"
+    if target_arch not in LAYER_INPUT_ARCHITECTURES:
+        return f"this llama.cpp hands no layer inputs out of a '{target_arch}' target"
+    if width != target_width:
+        return f"it reads rows {width} wide, and the target's are {target_width} wide"
+    last = target_layers if target_arch in MTP_ARCHITECTURES else target_layers - 1  # its last, normed row
+    outside = [layer for layer in reads if not 0 <= layer <= last]
+    if outside:
+        return f"it reads layer {outside[0]}, and the target has {target_layers}"
+    return None
 
 
 def is_head_key(key: str) -> bool:
@@ -292,7 +330,10 @@ def head_lines(architecture: str, heads: Iterable[str], mtp_layers: int = 0,
     per kind: its MTP head drafts, or why it cannot; a hidden-state drafter file cannot
     run yet; other heads are not used yet. Empty for a file that carries none."""
     heads = list(heads)
-    if architecture in HIDDEN_STATE_DRAFTERS:  # its d2t maps and the like are part of it
+    if architecture == "eagle3":  # its d2t map and the like are part of it
+        return (f"{EAGLE3_DRAFTER}: drafts for the target it was trained on, reading that target's layers; "
+                "name it as the draft",)
+    if architecture in HIDDEN_STATE_DRAFTERS:
         return (f"not used yet: {HIDDEN_STATE_DRAFTERS[architecture]}, which reads its target's hidden "
                 "states; this build of Tandem cannot run it yet",)
     lines = []

@@ -26,7 +26,8 @@ from typing import Any
 
 import gguf
 
-from app.engine.gguf.draft_heads import is_head_key, mtp_head_problem, mtp_layers, trained_heads
+from app.engine.gguf.draft_heads import (eagle3_problem, eagle3_reads, is_head_key, mtp_head_problem, mtp_layers,
+                                        trained_heads)
 from app.engine.gguf.header import GGUFHeader, file_error, scan_header, shown_name
 from app.engine.gguf.rules import ADD_BOS_BPE_PRE
 
@@ -74,6 +75,11 @@ class ModelMetadata:
     # (None: it can, when mtp_layers > 0). Judged from the header: llama.cpp aborts on a bad head.
     mtp_layers: int = 0
     mtp_problem: str | None = None
+    n_layer: int = 0                    # its blocks, MTP blocks left out (llama.cpp's n_layer)
+    n_embd: int = 0                     # its rows' width ({arch}.embedding_length)
+    # An EAGLE-3 drafter's target layers and the target width it reads (draft_heads.eagle3_reads).
+    eagle3_layers: tuple[int, ...] = ()
+    eagle3_width: int = 0
 
     @property
     def file_type_name(self) -> str | None:
@@ -91,11 +97,13 @@ class Compatibility:
     """Whether a draft can speculate for a target; ``rule`` names the first failed rule."""
 
     ok: bool
-    rule: str | None  # "vocab_type", "special_tokens", "vocab_size", "token_text"
+    rule: str | None  # "vocab_type", "special_tokens", "vocab_size", "token_text", "eagle3"
     reason: str
     # The vocabularies differ (``rule`` says where) and the draft drafts through text
     # (text_bridge.py): usable, with no promise about acceptance.
     through_text: bool = False
+    # The draft is an EAGLE-3 drafter that reads the target's layers (eagle_head.py).
+    reads_target: bool = False
 
 
 # ---------------------------------------------------------------------------
@@ -151,6 +159,10 @@ def metadata_from(path: Path, header: GGUFHeader, values: dict[str, Any]) -> Mod
         draft_heads=trained_heads(architecture, values, tensor_names),
         mtp_layers=mtp_layers(architecture, values),
         mtp_problem=mtp_head_problem(architecture, values, tensor_names),
+        n_layer=max(0, (get.integer(f"{architecture}.block_count") or 0) - mtp_layers(architecture, values)),
+        n_embd=get.integer(f"{architecture}.embedding_length") or 0,
+        eagle3_layers=eagle3_reads(values)[0] if architecture == "eagle3" else (),
+        eagle3_width=eagle3_reads(values)[1] if architecture == "eagle3" else 0,
     )
 
 
@@ -245,13 +257,30 @@ def tokenizer_name(meta: ModelMetadata) -> str:
 def pair_verdict(target: ModelMetadata, draft: ModelMetadata) -> Compatibility:
     """What happens with this pair: the same vocabulary drafts token for token
     (``check_compatibility``); another drafts through text (docs/cross-vocabulary.md),
-    every file with a vocabulary can."""
+    every file with a vocabulary can. An EAGLE-3 drafter reads its target's layers:
+    the same vocabulary, and layers this target has and hands out."""
     same = check_compatibility(target, draft)
+    if draft.architecture == "eagle3":
+        return _eagle3_verdict(target, draft, same)
     if same.ok:
         return same
     return Compatibility(True, same.rule, "Drafts through text; acceptance is measured, not promised "
                          f"(target tokenizer: {tokenizer_name(target)}; draft tokenizer: {tokenizer_name(draft)}; "
                          f"{same.reason.removeprefix('Draft is incompatible with target: ')}).", through_text=True)
+
+
+def _eagle3_verdict(target: ModelMetadata, draft: ModelMetadata, same: Compatibility) -> Compatibility:
+    if not same.ok:
+        return Compatibility(False, same.rule, f"{same.reason}; an EAGLE-3 drafter reads its own target's tokens")
+    if target.n_vocab != draft.n_vocab:  # its logits are read as the target's
+        return Compatibility(False, "vocab_size", f"Draft is incompatible with target: an EAGLE-3 drafter's "
+                             f"vocabulary must be the target's ({draft.n_vocab} tokens, target {target.n_vocab})")
+    why = eagle3_problem(target.architecture, target.n_layer, target.n_embd, draft.eagle3_layers, draft.eagle3_width)
+    if why:
+        return Compatibility(False, "eagle3", f"Draft is an EAGLE-3 drafter that cannot draft for this target: {why}.")
+    layers = ", ".join(map(str, draft.eagle3_layers))
+    return Compatibility(True, None, f"Draft is an EAGLE-3 drafter for this target: it reads the target's layers "
+                         f"{layers} and drafts from them.", reads_target=True)
 
 
 def _short_repr(text: str, limit: int = 60) -> str:

@@ -259,6 +259,14 @@ class HeadDrafter(ModelDrafter):
     reads_at_most = 1 << 62
 
 
+class EagleDrafter(HeadDrafter):
+    """Drafts with an EAGLE-3 drafter file (``app/backends/llama/eagle_head.py``): a head
+    trained on the target, in a file of its own, named as the draft model. It reads the
+    inputs of three of the target's layers where an MTP head reads its last row."""
+
+    kind = DrafterKind.MODEL
+
+
 class LookupDrafter(DrafterDefaults):
     """Prompt lookup: propose what followed the latest earlier match of the last n tokens.
 

@@ -109,13 +109,19 @@ def test_a_file_without_a_head_says_so_and_gets_no_line(demo_models, tmp_path):
     assert (meta.mtp_layers, meta.mtp_problem, meta.draft_heads, _lines(meta)) == (0, NO_MTP_HEAD, (), ())
 
 
-@pytest.mark.parametrize("arch, what", [("dflash", DFLASH), ("gemma4-assistant", GEMMA4_ASSISTANT),
-                                        ("eagle3", "an EAGLE-3 drafter")])
+@pytest.mark.parametrize("arch, what", [("dflash", DFLASH), ("gemma4-assistant", GEMMA4_ASSISTANT)])
 def test_drafter_files_that_read_hidden_states_are_not_used_yet(tmp_path, arch, what):
-    meta = read_metadata(_tiny(tmp_path / "d.gguf", arch, tensors=("d2t",) if arch == "eagle3" else ()))
+    meta = read_metadata(_tiny(tmp_path / "d.gguf", arch))
     assert meta.draft_heads and meta.mtp_layers == 0
     assert _lines(meta) == (f"not used yet: {what}, which reads its target's hidden states; this build of "
                             "Tandem cannot run it yet",)
+
+
+def test_an_eagle3_drafter_file_says_it_drafts_when_named(tmp_path):
+    meta = read_metadata(_tiny(tmp_path / "d.gguf", "eagle3", tensors=("d2t",)))
+    assert meta.draft_heads and meta.mtp_layers == 0
+    assert _lines(meta) == ("an EAGLE-3 drafter: drafts for the target it was trained on, reading that target's "
+                            "layers; name it as the draft",)
 
 
 def test_an_mtp_head_beside_medusa_heads_gets_a_line_each():

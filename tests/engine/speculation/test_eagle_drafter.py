@@ -1,0 +1,186 @@
+"""Drafting with an EAGLE-3 drafter file (``EagleDrafter`` over ``EagleHead``), which reads
+three of its target's layers: on a tiny random-weight qwen35 target (a hybrid: chains,
+rollback by the exact trim) and a drafter built to agree with it part of the time
+(tests/eagle_models.py). Lossless greedy over turns and a regenerate, sampled tokens
+distributed as the target's, hostile drafter files refused in one line."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats as scistats
+
+from app.backends.llama.backend import LlamaBackend
+from app.backends.loader import load_pair
+from app.engine.gguf.meta import read_metadata
+from app.engine.speculation.drafters import EagleDrafter
+from app.engine.speculation.sampling import warp_dist
+from app.engine.speculation.speculative import SpeculativeEngine
+from app.engine.types import DrafterKind, SamplingConfig, SpecConfig, TokenKind
+
+from eagle_models import write_eagle3_drafter
+from recurrent_models import MTP_SHAPE, write_recurrent_model
+
+ROOT = Path(__file__).resolve().parents[3]
+SAMPLED = SamplingConfig(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05)
+QUIET = {key: value for key, value in MTP_SHAPE.items() if key != "nextn"}  # the trunk MTP_SHAPE makes
+
+
+@pytest.fixture(scope="module")
+def files(mtp_models, demo_models, tmp_path_factory):
+    """{name: path}: the qwen35 MTP target with a drafter reading its first, middle and
+    last (normed) rows; a qwen35 target without MTP and a drafter reading inner layers."""
+    folder = tmp_path_factory.mktemp("eagle3")
+    target = mtp_models["qwen35"]
+    bare = write_recurrent_model(folder / "qwen35.gguf", "qwen35", vocab_from=demo_models.draft, **QUIET)
+    return {"target": target, "drafter": write_eagle3_drafter(target, folder / "eagle3.gguf"),
+            "bare": bare, "inner": write_eagle3_drafter(bare, folder / "inner.gguf", layers=(0, 1, 3))}
+
+
+def _open(path) -> LlamaBackend:
+    return LlamaBackend(path, n_ctx=1024, n_threads=1)  # one thread: results depend on the batch alone
+
+
+@pytest.fixture(scope="module", params=[("target", "drafter"), ("bare", "inner")], ids=["last-row", "inner-layers"])
+def engines(request, files):
+    target_name, drafter_name = request.param
+    target, plain = _open(files[target_name]), _open(files[target_name])
+    layers = read_metadata(files[drafter_name]).eagle3_layers
+    head = target.eagle_head(files[drafter_name], layers)
+    spec = SpeculativeEngine(target, EagleDrafter(head, target.n_vocab, eog_ids=target.eog_ids))
+    yield spec, SpeculativeEngine(plain), head
+    target.close()
+    plain.close()
+
+
+def _ids(generation) -> list[int]:
+    return [e.id for e in generation]
+
+
+@pytest.mark.parametrize("draft_max", [4, "auto"])
+def test_greedy_equals_the_target_alone_over_turns_and_a_regenerate(engines, draft_max):
+    spec, plain, head = engines
+    prompt = spec.target.tokenize("Once upon a time, in a land far away,", add_special=True, parse_special=False)
+    turns = [prompt]
+    drafted = accepted = 0
+    for turn in range(3):
+        g = spec.generate(turns[-1], SamplingConfig(), SpecConfig(draft_max=draft_max), max_tokens=48)
+        got = _ids(g)
+        assert got == _ids(plain.generate(turns[-1], SamplingConfig(), SpecConfig(enabled=False), max_tokens=48))
+        assert g.stats.drafter == DrafterKind.MODEL.value and g.stats.speculative
+        drafted, accepted = drafted + g.stats.drafted, accepted + g.stats.accepted
+        more = spec.target.tokenize(" And then?", add_special=False, parse_special=False)
+        turns.append(turns[-1] + got + more if turn == 0 else turns[0] + more)
+    if draft_max != "auto":  # auto may stop drafting where it does not pay
+        assert drafted > 30 and 0.05 < accepted / drafted < 0.95, (drafted, accepted)
+    assert head.blind_steps == 0  # every entry read a row: the target's, or the drafter's own
+
+
+def test_a_prompt_longer_than_a_batch_goes_through_the_encoder_in_batches(engines):
+    spec, plain, head = engines
+    words = " ".join(f"item {i} is on the list," for i in range(80))
+    prompt = spec.target.tokenize(words, add_special=True, parse_special=False)
+    assert spec.target.n_batch < len(prompt) < spec.target.n_ctx - 64
+    g = spec.generate(prompt, SamplingConfig(), SpecConfig(draft_max=3), max_tokens=24)
+    assert _ids(g) == _ids(plain.generate(prompt, SamplingConfig(), SpecConfig(enabled=False), max_tokens=24))
+    assert g.stats.drafted > 0
+
+
+def test_corrected_tokens_carry_what_the_drafter_proposed(engines):
+    spec, plain, head = engines
+    prompt = spec.target.tokenize("The weather today", add_special=True, parse_special=False)
+    events = list(spec.generate(prompt, SamplingConfig(), SpecConfig(draft_max=3), max_tokens=40))
+    corrected = [e for e in events if e.kind is TokenKind.CORRECTED]
+    assert corrected and all(e.draft_id is not None and e.draft_id != e.id for e in corrected)
+    assert any(e.kind is TokenKind.ACCEPTED for e in events)
+
+
+def test_sampled_tokens_follow_the_target_not_the_drafter(engines):
+    """Rejection sampling with the drafter's warped logits as q: the first token of a
+    reply is distributed as the target's own (chi-square), not as the drafter's."""
+    spec, plain, head = engines
+    prompt = spec.target.tokenize("My favourite colour is", add_special=True, parse_special=False)
+    plain.target.trim(0)
+    p = warp_dist(plain.target.evaluate(prompt, [len(prompt) - 1])[0], SAMPLED)
+    drafter = spec.drafter
+    drafter.roll_back([])
+    spec.target.trim(0)
+    n = 1500
+    counts: Counter[int] = Counter()
+    for seed in range(n):
+        g = spec.generate(prompt, dataclasses.replace(SAMPLED, seed=seed), SpecConfig(draft_max=3), max_tokens=1)
+        counts[_ids(g)[0]] += 1
+    q = drafter.propose(prompt, 1, SAMPLED, np.random.default_rng(1), 0.0).q[0]
+    support = sorted(set(p.support().tolist()) | set(counts))
+    observed = np.array([counts[t] for t in support], dtype=float)
+
+    def chi_square(dist) -> float:
+        exact = np.array([dist.prob(t) for t in support])
+        keep = exact * n >= 5
+        expected = np.append(exact[keep], exact[~keep].sum()) * n
+        got = np.append(observed[keep], observed[~keep].sum())
+        nonzero = expected > 0
+        if (got[~nonzero] > 0).any():
+            return 0.0
+        return scistats.chisquare(got[nonzero], expected[nonzero] * got.sum() / expected[nonzero].sum()).pvalue
+
+    assert len(p.support()) >= 3, "the prompt should give a spread of tokens"
+    assert chi_square(p) > 1e-3
+    assert chi_square(q) < 1e-6
+
+
+def test_load_pair_drafts_with_a_named_eagle3_file(files):
+    pair = load_pair(files["target"], files["drafter"], n_ctx=512, n_threads=1)
+    try:
+        assert isinstance(pair.engine.drafter, EagleDrafter) and pair.engine.note == ""
+        assert pair.engine.drafter.model.name.endswith("(its EAGLE-3 drafter)")
+        prompt = pair.target.tokenize("Hello there,", add_special=True, parse_special=False)
+        g = pair.engine.generate(prompt, SamplingConfig(), SpecConfig(draft_max=3), max_tokens=24)
+        assert len(_ids(g)) == 24 and g.stats.drafted > 0
+    finally:
+        pair.close()
+
+
+def _check_pair(target: Path, draft: Path) -> tuple[int, dict]:
+    out = subprocess.run([sys.executable, "-m", "app", "check-pair", str(target), str(draft), "--json"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=300)
+    return out.returncode, json.loads(out.stdout)
+
+
+def test_check_pair_names_the_layers_the_drafter_reads(files):
+    code, said = _check_pair(files["target"], files["drafter"])
+    layers = ", ".join(map(str, read_metadata(files["drafter"]).eagle3_layers))
+    assert code == 0 and said["compatible"] and said["reads_target"]
+    assert said["reason"] == (f"Draft is an EAGLE-3 drafter for this target: it reads the target's layers {layers} "
+                              "and drafts from them.")
+
+
+@pytest.mark.parametrize("layers, keys, why", [
+    ((0, 1), {}, "its eagle3.target_layers names 2 layers, not 3"),
+    ((0, 1, 9), {}, "it reads layer 9, and the target has 4"),
+    ((0, 1, 2), {"target_hidden_size": 96}, "it reads rows 96 wide, and the target's are 64 wide"),
+])
+def test_a_drafter_that_does_not_fit_its_target_is_refused_in_one_line(files, tmp_path, layers, keys, why):
+    drafter = write_eagle3_drafter(files["bare"], tmp_path / "bad.gguf", layers=layers, keys=keys)
+    code, said = _check_pair(files["bare"], drafter)
+    assert code == 1 and not said["compatible"] and said["rule"] == "eagle3"
+    assert said["reason"] == f"Draft is an EAGLE-3 drafter that cannot draft for this target: {why}."
+    pair = load_pair(files["bare"], drafter, n_ctx=256, n_threads=1)  # plain, saying why
+    try:
+        assert pair.engine.drafter is None and why in pair.engine.note
+    finally:
+        pair.close()
+
+
+def test_a_target_that_hands_out_no_layer_inputs_is_refused_in_one_line(files, demo_models, tmp_path):
+    mamba = write_recurrent_model(tmp_path / "mamba.gguf", "mamba", vocab_from=demo_models.draft)
+    drafter = write_eagle3_drafter(mamba, tmp_path / "for-mamba.gguf", layers=(0, 1, 2))
+    code, said = _check_pair(mamba, drafter)
+    assert code == 1 and said["reason"].endswith("this llama.cpp hands no layer inputs out of a 'mamba' target.")
