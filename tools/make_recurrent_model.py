@@ -3,6 +3,7 @@
     python tools/make_recurrent_model.py ARCH PATH [--draft PATH] [--vocab-from GGUF] [--seed N]
                                          [--ftype Q8_0|F16|F32] [--draft-ftype Q4_0] [--set FIELD=VALUE ...]
     python tools/make_recurrent_model.py ARCH PATH --mtp [--set n_embd=512 ...]
+    python tools/make_recurrent_model.py qwen35 PATH --mtp --eagle3 DRAFTER_PATH
     python tools/make_recurrent_model.py --list
 
 ARCH is one of tests/recurrent_models.py's ARCHITECTURES (mamba, mamba2, lfm2, qwen35,
@@ -11,7 +12,10 @@ from ``--vocab-from`` (default: the demo draft, provisioned on first use). ``--s
 changes a size of tests/recurrent_models.Shape (``--set n_layer=8 --set n_embd=128``).
 ``--draft`` also writes a quantised copy, the natural draft of a random model. ``--mtp``
 gives the model an MTP head built to agree with it part of the time (qwen35, and the
-attention-only glm4moe; tests/recurrent_models.MTP_SHAPE), for ``--drafter mtp``. Example:
+attention-only glm4moe; tests/recurrent_models.MTP_SHAPE), for ``--drafter mtp``.
+``--eagle3`` also writes an EAGLE-3 drafter for the model (tests/eagle_models.py), reading
+its first, middle and last layers, that agrees with a quiet (``--mtp``) trunk part of the
+time; name it with ``--draft``. Example:
 
     python tools/make_recurrent_model.py lfm2 /tmp/lfm2.gguf --draft /tmp/lfm2.q4.gguf
     tandem generate --target /tmp/lfm2.gguf --draft /tmp/lfm2.q4.gguf --prompt "Hello"
@@ -56,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
     parser.add_argument("--mtp", action="store_true", help="with an MTP head that agrees part of the time "
                         f"({', '.join(MTP_ARCHITECTURES)})")
+    parser.add_argument("--eagle3", type=Path, help="also write an EAGLE-3 drafter for the model here")
     parser.add_argument("--list", action="store_true", help="list the architectures and exit")
     opts = parser.parse_args(argv)
     if opts.list:
@@ -76,6 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     sizes = {**(MTP_SHAPE if opts.mtp else {}), **_sizes(opts.set)}
     target = write_recurrent_model(opts.path, opts.arch, vocab_from=vocab, seed=opts.seed, ftype=opts.ftype, **sizes)
     print(f"{target}  {target.stat().st_size / 1e6:.1f} MB  {time.perf_counter() - started:.1f} s")
+    if opts.eagle3:
+        from eagle_models import write_eagle3_drafter
+
+        started = time.perf_counter()
+        drafter = write_eagle3_drafter(target, opts.eagle3, seed=opts.seed)
+        print(f"{drafter}  {drafter.stat().st_size / 1e6:.1f} MB  {time.perf_counter() - started:.1f} s")
     if opts.draft:
         started = time.perf_counter()
         draft = write_draft_copy(target, opts.draft, opts.draft_ftype)

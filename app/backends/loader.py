@@ -113,7 +113,7 @@ def load_pair(target_path: str | Path, draft_path: str | Path | None = None, *,
         elif drafter == DrafterKind.MODEL and draft_path and compatibility.reads_target:
             try:  # an EAGLE-3 drafter: a head of the target's, from a file of its own
                 _checked(draft_path, "draft", report)(1.0)  # its trial load, before this process loads it
-                head_model = target.eagle_head(draft_path, draft_path.metadata.eagle3_layers)
+                head_model = target.eagle_head(draft_path, draft_path.metadata.eagle3_layers, draft_gpu_layers)
                 chosen = EagleDrafter(head_model, target.n_vocab, eog_ids=target.eog_ids)
             except EngineError as exc:
                 note = f"the EAGLE-3 drafter could not run: {exc}"

@@ -101,19 +101,10 @@ def _reads_a_target(path: Path) -> bool:
 
 
 def _drafter_trial(path: Path, started: float) -> dict:
-    from app.backends.llama import layer_inputs
-    from app.backends.llama.eagle_head import load_drafter_model
-    from app.backends.llama.process_setup import ensure_initialised
+    from app.backends.llama.eagle_head import drafter_layers
     from app.engine.gguf.draft_heads import EAGLE3_LAYERS
 
-    ensure_initialised()
-    model = load_drafter_model(path)
-    try:
-        layers = layer_inputs.target_layer_ids(model)
-    finally:
-        import llama_cpp as ll
-
-        ll.llama_model_free(model)
+    layers = drafter_layers(path)
     result = {"stage": "done", "ok": len(layers) == EAGLE3_LAYERS, "seconds": round(time.perf_counter() - started, 3)}
     if not result["ok"]:
         result["error"] = f"llama.cpp reads {len(layers)} target layers from it, not {EAGLE3_LAYERS}"

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.engine.errors import ModelFileError
-from app.engine.gguf.meta import ModelMetadata, check_compatibility
+from app.engine.gguf.draft_heads import HIDDEN_STATE_DRAFTERS
+from app.engine.gguf.meta import ModelMetadata, check_compatibility, pair_verdict
 from app.engine.gguf.memory_kinds import ATTENTION, file_memory_note, memory_kind
 from app.engine.gguf.model_file import open_model_file
 from app.library.entries import LibraryEntry, Vocabulary
@@ -63,6 +64,11 @@ def find_drafts(target: LibraryEntry, library: list[LibraryEntry]) -> list[Draft
             candidates.append(DraftCandidate(entry, True, f"made from this model ({how})", ratio, True, True, how))
             continue
         ratio = target.size / entry.size if entry.size else 0.0
+        if entry.architecture in HIDDEN_STATE_DRAFTERS:  # made for one target: judged on its header
+            if target_meta is None and target_error is None:
+                target_meta, target_error = _read(target)
+            candidates.append(_reader_of_layers(target_meta, target_error, entry, ratio))
+            continue
         same_arch = bool(target.architecture) and entry.architecture == target.architecture
         same_vocab = entry.vocabulary.digest == target.vocabulary.digest
         verdict = check_compatibility(_stub(target), _stub(entry))
@@ -86,6 +92,25 @@ def find_drafts(target: LibraryEntry, library: list[LibraryEntry]) -> list[Draft
         candidates.append(DraftCandidate(entry, True, _praise(target, entry, ratio, same_arch, same_vocab),
                                          ratio, same_arch, same_vocab))
     return sorted(candidates, key=_rank)
+
+
+def _reader_of_layers(target: ModelMetadata | None, target_error: str | None, entry: LibraryEntry,
+                      ratio: float) -> DraftCandidate:
+    """A drafter file that reads its target's hidden states: an EAGLE-3 drafter drafts
+    for a target whose layers it can read (``pair_verdict``); the others cannot run yet."""
+    if entry.architecture != "eagle3":
+        return DraftCandidate(entry, False, f"{HIDDEN_STATE_DRAFTERS[entry.architecture]}, which Tandem cannot "
+                                            "run yet", ratio, False, False)
+    draft, error = _read(entry)
+    if target_error or error:
+        return DraftCandidate(entry, False, target_error or error, ratio, False, False)
+    verdict = pair_verdict(target, draft)
+    if not verdict.ok:
+        return DraftCandidate(entry, False, verdict.reason, ratio, False, False)
+    layers = ", ".join(map(str, draft.eagle3_layers))
+    # Trained on this target's very layers: ranked with the drafts made from it.
+    return DraftCandidate(entry, True, f"an EAGLE-3 drafter for this model: reads its layers {layers}", ratio,
+                          True, True, made_from_target="EAGLE-3")
 
 
 def compatible_drafts(target: LibraryEntry, library: list[LibraryEntry]) -> list[DraftCandidate]:

@@ -92,11 +92,13 @@ def load_session(spec: ModelSpec, progress: Progress | None = None) -> ChatSessi
                      rpc_workers=spec.rpc_workers, tensor_split=spec.tensor_split, through_text=spec.through_text)
     speculating = pair.engine.drafter is not None
     compatibility = pair.compatibility
+    # A draft file in use: a draft model, or an EAGLE-3 drafter (run as the target's head).
+    drafting_file = pair.draft is not None or (speculating and compatibility is not None and compatibility.reads_target)
     info = LoadInfo(
         # Display names: a file name that is not UTF-8 keeps its bytes visible (\xff).
         target_name=shown_name(target), target_path=str(target),
-        draft_name=shown_name(draft) if pair.draft is not None else "",
-        draft_path=str(draft) if pair.draft is not None else "",
+        draft_name=shown_name(draft) if drafting_file else "",
+        draft_path=str(draft) if drafting_file else "",
         drafter=pair.engine.drafter.kind if speculating else DrafterKind.NONE,
         speculation_available=speculating, note=pair.engine.note,
         failed_rule=compatibility.rule if compatibility is not None and not compatibility.ok else None,

@@ -508,16 +508,17 @@ class LlamaBackend(VocabularyReader, ReadsApart):
         return self._attach(HiddenRows(n_embd, self.n_ctx),
                             lambda rows: MtpHead(self, model, self._ctx, rows, owns_model=bool(compact)))
 
-    def eagle_head(self, path: str | os.PathLike[str], layers: Sequence[int]) -> EagleHead:
+    def eagle_head(self, path: str | os.PathLike[str], layers: Sequence[int], n_gpu_layers: int = 0) -> EagleHead:
         """An EAGLE-3 drafter file as a draft model reading this context's ``layers``
-        (made once; closed with this backend). Only for a pair ``eagle3_problem`` passed:
-        llama.cpp aborts on a layer this architecture's graph does not name."""
+        (made once; closed with this backend), its layers offloaded as ``n_gpu_layers``
+        says (-1: all). Only for a pair ``eagle3_problem`` passed: llama.cpp aborts on a
+        layer this architecture's graph does not name."""
         if self._head is not None:
             return self._head
         self._settle()
         n_embd = ll.llama_model_n_embd(self._model)
         n_layer = ll.llama_model_n_layer(self._model)
-        model = load_drafter_model(path)
+        model = load_drafter_model(path, n_gpu_layers if n_gpu_layers >= 0 else 999)
         try:
             read = layer_inputs.target_layer_ids(model)
             if read != list(layers):

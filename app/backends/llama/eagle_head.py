@@ -44,6 +44,18 @@ def load_drafter_model(path: str | os.PathLike[str], n_gpu_layers: int = 0):
     return model
 
 
+def drafter_layers(path: str | os.PathLike[str]) -> list[int]:
+    """The target layers llama.cpp reads from a drafter file (its trial: the load alone)."""
+    from app.backends.llama.process_setup import ensure_initialised
+
+    ensure_initialised()
+    model = load_drafter_model(path)
+    try:
+        return layer_inputs.target_layer_ids(model)
+    finally:
+        ll.llama_model_free(model)
+
+
 class TargetFeatures:
     """Reads, after each of the target's decodes, the rows an EAGLE-3 drafter encodes:
     the inputs of its chosen layers, side by side (a layer id equal to the block count

@@ -184,3 +184,55 @@ def test_a_target_that_hands_out_no_layer_inputs_is_refused_in_one_line(files, d
     drafter = write_eagle3_drafter(mamba, tmp_path / "for-mamba.gguf", layers=(0, 1, 2))
     code, said = _check_pair(mamba, drafter)
     assert code == 1 and said["reason"].endswith("this llama.cpp hands no layer inputs out of a 'mamba' target.")
+
+
+def test_the_library_pairs_a_drafter_with_the_targets_it_can_read(files, tmp_path):
+    """The model library lists an EAGLE-3 drafter first for a target it reads, and as
+    unusable, saying why, for one it cannot."""
+    import shutil
+
+    from app.library.drafts import find_drafts
+    from app.library.locations import FOLDER, Location
+    from app.library.scan import scan_library
+
+    folder = tmp_path / "models"
+    folder.mkdir()
+    for name in ("target", "drafter", "bare"):
+        shutil.copy(files[name], folder / f"{name}.gguf")
+    bad = write_eagle3_drafter(files["bare"], folder / "wide.gguf", layers=(0, 1, 2), keys={"target_hidden_size": 96})
+    result = scan_library([Location(FOLDER, folder)], cache_path=tmp_path / "library.json")
+    entries = {Path(e.path).name: e for e in result.entries}
+    ranked = find_drafts(entries["target.gguf"], result.entries)
+    assert (ranked[0].entry.name, ranked[0].compatible) == ("drafter.gguf", True)
+    assert ranked[0].reason.startswith("an EAGLE-3 drafter for this model: reads its layers 0, 2, 4")
+    wide = next(c for c in ranked if c.entry.name == bad.name)
+    assert not wide.compatible and "it reads rows 96 wide" in wide.reason
+
+
+def _generate(target: Path, *extra: str, home: Path) -> list[dict]:
+    out = subprocess.run([sys.executable, "-m", "app", "generate", "--target", str(target), "--prompt",
+                          "Tell me about the sea.", "--max-tokens", "32", "--temperature", "0", "--json", *extra],
+                         capture_output=True, text=True, cwd=ROOT, timeout=600, env={**__import__("os").environ,
+                                                                                    "TANDEM_HOME": str(home)})
+    assert out.returncode == 0, out.stderr[-800:]
+    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+
+def test_generate_with_the_drafter_named_equals_the_target_alone(files, tmp_path):
+    drafted = _generate(files["target"], "--draft", str(files["drafter"]), home=tmp_path)
+    plain = _generate(files["target"], "--no-speculation", home=tmp_path)
+    assert drafted[0]["text"] == plain[0]["text"]
+    assert drafted[0]["stats"]["drafter"] == "model" and drafted[0]["stats"]["drafted"] > 0
+
+
+def test_a_session_names_the_drafter_file_it_drafts_with(files):
+    from app.session.config import ModelSpec
+    from app.session.loading import load_session
+
+    session = load_session(ModelSpec(target_path=str(files["target"]), draft_path=str(files["drafter"]), n_ctx=512))
+    try:
+        info = session.info
+        assert (info.draft_name, info.drafter, info.note) == ("eagle3.gguf", DrafterKind.MODEL, "")
+        assert info.speculation_available
+    finally:
+        session.close()
