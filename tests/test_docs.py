@@ -280,3 +280,15 @@ def test_every_stated_constant_is_the_codes(doc, pattern, value):
 def test_a_drifted_constant_fails():
     text = "the target's batches carry a Jacobi window (5 columns × 3 levels, 15 extra positions)"
     assert stated_numbers(text, STATED[0][1]) == ["15"] and _lookahead_positions() != 15
+
+
+def test_the_targets_docs_say_hand_out_layer_inputs_are_the_codes():
+    """docs/speculative.md names some architectures an EAGLE-3 drafter can read: each must
+    be one app.engine.gguf.draft_heads.LAYER_INPUT_ARCHITECTURES lets through."""
+    from app.engine.gguf.draft_heads import LAYER_INPUT_ARCHITECTURES
+
+    text = " ".join((ROOT / "docs/speculative.md").read_text(encoding="utf-8").split())
+    named = re.search(r"layer inputs in this llama.cpp \(([^)]*) and a few more do\)", text)
+    assert named, "docs/speculative.md no longer lists the architectures that hand out layer inputs"
+    names = [n.strip() for n in named.group(1).split(",")]
+    assert len(names) >= 5 and set(names) <= LAYER_INPUT_ARCHITECTURES, set(names) - LAYER_INPUT_ARCHITECTURES

@@ -34,7 +34,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, in_command: bool = T
     group.add_argument("--target", "-m", "--model", type=Path, metavar="GGUF", default=default(None),
                        help="target GGUF, the model whose output you get (default: the demo target)")
     group.add_argument("--draft", "-md", "--model-draft", type=Path, metavar="GGUF", default=default(None),
-                       help="draft GGUF, a small model of the same family (default: the demo draft)")
+                       help="draft GGUF, a small model of the same family, or an EAGLE-3 drafter trained on the target "
+                            "(default: the demo draft)")
     group.add_argument("--drafter", choices=[DrafterKind.MODEL.value, DrafterKind.LOOKUP.value,
                                              DrafterKind.LOOKAHEAD.value, DrafterKind.MTP.value],
                        default=default(DrafterKind.MODEL.value),
