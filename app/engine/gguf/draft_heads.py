@@ -54,6 +54,13 @@ LAYER_INPUT_ARCHITECTURES = frozenset({
     "llama", "qwen3", "qwen3moe", "qwen3next", "qwen35", "qwen35moe", "lfm2", "muse-glimmer", "gpt-oss",
     "deepseek4", "minimax-01", "minimax-m2", "bailingmoe3", "nemotron_h", "nanbeige", "hunyuan_vl"})
 EAGLE3_LAYERS = 3  # llama.cpp's draft-eagle3 reads exactly three
+# What the drafters Tandem does not run need that its drafters do not do.
+_WHY_NOT_YET = {
+    "dflash": "guesses a whole block of tokens in one pass (masked positions, its own sampling on "
+              "llama.cpp's side) where Tandem's drafters guess a token at a time",
+    "gemma4-assistant": "reads its target's own attention cache (llama.cpp shares the target's memory "
+                        "with it) where Tandem's heads keep a cache of their own",
+}
 
 NO_MTP_HEAD = "it has no MTP head"
 CANNOT_RUN = "its MTP head cannot run: "
@@ -334,8 +341,8 @@ def head_lines(architecture: str, heads: Iterable[str], mtp_layers: int = 0,
         return (f"{EAGLE3_DRAFTER}: drafts for the target it was trained on, reading that target's layers; "
                 "name it as the draft",)
     if architecture in HIDDEN_STATE_DRAFTERS:
-        return (f"not used yet: {HIDDEN_STATE_DRAFTERS[architecture]}, which reads its target's hidden "
-                "states; this build of Tandem cannot run it yet",)
+        return (f"not used yet: {HIDDEN_STATE_DRAFTERS[architecture]}, which {_WHY_NOT_YET[architecture]}; "
+                "this build of Tandem cannot run it yet",)
     lines = []
     if MTP in heads:
         lines.append(_mtp_line(mtp_layers, mtp_problem))
