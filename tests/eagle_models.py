@@ -28,16 +28,19 @@ ATTENTION_SCALE = 3.0  # queries and keys: the embedding times this (self-attent
 
 
 def write_eagle3_drafter(target: str | Path, path: str | Path, *, layers: Sequence[int] | None = None,
-                         noise: float = 0.15, seed: int = 0, keys: dict[str, Any] | None = None) -> Path:
+                         noise: float = 0.15, seed: int = 0, keys: dict[str, Any] | None = None,
+                         width: int | None = None) -> Path:
     """Write an EAGLE-3 drafter for the generated ``target`` to ``path``: it reads
     ``layers`` of the target (default: the first, the middle one and the last, normed
-    row); ``keys`` overrides ``eagle3.*`` values (None: left out), for hostile tests."""
+    row); ``keys`` overrides ``eagle3.*`` values (None: left out) and ``width`` its own
+    rows' width (default the target's), for hostile tests."""
     import gguf
 
     from app.engine.gguf.meta import read_metadata
 
     meta = read_metadata(target)
-    n_embd, n_layer = meta.n_embd, meta.n_layer
+    target_width, n_layer = meta.n_embd, meta.n_layer
+    n_embd = width or target_width
     reads = list(layers) if layers is not None else [0, n_layer // 2, n_layer]
     n_ff, head_dim = 2 * n_embd, n_embd // N_HEAD
     rng = np.random.default_rng(seed)
@@ -49,7 +52,7 @@ def write_eagle3_drafter(target: str | Path, path: str | Path, *, layers: Sequen
     zeros = np.zeros((n_embd, n_embd), dtype=np.float32)
     token_half = np.concatenate([eye, zeros], axis=1)  # [embedding | target rows] -> the embedding
     tensors = {
-        "fc.weight": small(n_embd, len(reads) * n_embd, noise),
+        "fc.weight": small(n_embd, len(reads) * target_width, noise),
         "output_norm.weight": np.ones(n_embd, dtype=np.float32),
         "blk.0.attn_norm.weight": np.ones(n_embd, dtype=np.float32),
         "blk.0.attn_norm_2.weight": np.ones(n_embd, dtype=np.float32),
@@ -66,7 +69,7 @@ def write_eagle3_drafter(target: str | Path, path: str | Path, *, layers: Sequen
         "context_length": meta.context_length or 8192, "embedding_length": n_embd, "block_count": 1,
         "feed_forward_length": n_ff, "attention.head_count": N_HEAD, "attention.head_count_kv": N_HEAD,
         "attention.key_length": head_dim, "attention.value_length": head_dim,
-        "attention.layer_norm_rms_epsilon": 1e-5, "target_layers": reads, "target_hidden_size": n_embd,
+        "attention.layer_norm_rms_epsilon": 1e-5, "target_layers": reads, "target_hidden_size": target_width,
     }
     values.update(keys or {})
     writer = gguf.GGUFWriter(Path(path), "eagle3")

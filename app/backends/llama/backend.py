@@ -48,6 +48,7 @@ from app.backends.llama.token_tree import leaf_sequences
 from app.backends.llama.vocabulary import VocabularyReader
 from app.engine.backend import CacheImage
 from app.engine.errors import ContextOverflowError, ModelFileError
+from app.engine.gguf.draft_heads import eagle3_problem
 from app.engine.gguf.model_file import ModelFile, open_model_file
 from app.engine.gguf.header import shown_name
 from app.engine.gguf.context_shape import (BATCH, FLOAT_FILE_TYPES, RS_SNAPSHOTS, TREE_BRANCHES,
@@ -515,9 +516,15 @@ class LlamaBackend(VocabularyReader, ReadsApart):
         layer this architecture's graph does not name."""
         if self._head is not None:
             return self._head
-        self._settle()
         n_embd = ll.llama_model_n_embd(self._model)
         n_layer = ll.llama_model_n_layer(self._model)
+        # Judged again here, on what llama.cpp loaded: each case below aborts inside it.
+        drafter = open_model_file(path).metadata
+        why = eagle3_problem(self.model_file.metadata.architecture, n_layer, n_embd, tuple(layers),
+                             drafter.eagle3_width, drafter.n_embd, drafter.eagle3_borrows)
+        if why:
+            raise BackendError(f"the EAGLE-3 drafter cannot draft for {shown_name(self.path)}: {why}")
+        self._settle()
         model = load_drafter_model(path, n_gpu_layers if n_gpu_layers >= 0 else 999)
         try:
             read = layer_inputs.target_layer_ids(model)

@@ -147,11 +147,21 @@ def eagle3_reads(values: Mapping[str, Any]) -> tuple[tuple[int, ...], int]:
     return layers, width if type(width) is int else 0
 
 
+def eagle3_borrows(tensor_names: Iterable[str]) -> tuple[str, ...]:
+    """What an EAGLE-3 drafter file takes from its target for want of its own (llama.cpp's
+    decoder reads the target's token embedding and output matrix then)."""
+    names = set(tensor_names)
+    return tuple(what for name, what in (("token_embd.weight", "token embedding"), ("output.weight", "output matrix"))
+                 if name not in names)
+
+
 def eagle3_problem(target_arch: str, target_layers: int, target_width: int,
-                   reads: tuple[int, ...], width: int) -> str | None:
+                   reads: tuple[int, ...], width: int, own_width: int = 0, borrows: tuple[str, ...] = ()) -> str | None:
     """None when an EAGLE-3 drafter that ``reads`` these layers of a ``width``-wide target
     can draft for this one (``target_layers`` blocks, rows ``target_width`` wide) without
-    llama.cpp aborting; otherwise one line saying why not."""
+    llama.cpp aborting; otherwise one line saying why not. ``own_width``: the drafter's
+    own rows; ``borrows``: what it takes from the target (:func:`eagle3_borrows`), whose
+    rows must then be as wide as its own (llama.cpp asserts in the graph otherwise)."""
     if len(reads) != EAGLE3_LAYERS:
         return f"its eagle3.target_layers names {len(reads)} layers, not {EAGLE3_LAYERS}"
     if target_arch not in LAYER_INPUT_ARCHITECTURES:
@@ -162,6 +172,9 @@ def eagle3_problem(target_arch: str, target_layers: int, target_width: int,
     outside = [layer for layer in reads if not 0 <= layer <= last]
     if outside:
         return f"it reads layer {outside[0]}, and the target has {target_layers}"
+    if borrows and own_width != target_width:
+        return (f"it takes the target's {' and '.join(borrows)}, yet its own rows are {own_width} wide "
+                f"and the target's {target_width}")
     return None
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import gguf
 
-from app.engine.gguf.draft_heads import (eagle3_problem, eagle3_reads, is_head_key, mtp_head_problem, mtp_layers,
+from app.engine.gguf.draft_heads import (eagle3_borrows, eagle3_problem, eagle3_reads, is_head_key, mtp_head_problem, mtp_layers,
                                         trained_heads)
 from app.engine.gguf.header import GGUFHeader, file_error, scan_header, shown_name
 from app.engine.gguf.rules import ADD_BOS_BPE_PRE
@@ -80,6 +80,7 @@ class ModelMetadata:
     # An EAGLE-3 drafter's target layers and the target width it reads (draft_heads.eagle3_reads).
     eagle3_layers: tuple[int, ...] = ()
     eagle3_width: int = 0
+    eagle3_borrows: tuple[str, ...] = ()  # what it takes from its target (draft_heads.eagle3_borrows)
 
     @property
     def file_type_name(self) -> str | None:
@@ -163,6 +164,7 @@ def metadata_from(path: Path, header: GGUFHeader, values: dict[str, Any]) -> Mod
         n_embd=get.integer(f"{architecture}.embedding_length") or 0,
         eagle3_layers=eagle3_reads(values)[0] if architecture == "eagle3" else (),
         eagle3_width=eagle3_reads(values)[1] if architecture == "eagle3" else 0,
+        eagle3_borrows=eagle3_borrows(tensor_names) if architecture == "eagle3" else (),
     )
 
 
@@ -275,7 +277,8 @@ def _eagle3_verdict(target: ModelMetadata, draft: ModelMetadata, same: Compatibi
     if target.n_vocab != draft.n_vocab:  # its logits are read as the target's
         return Compatibility(False, "vocab_size", f"Draft is incompatible with target: an EAGLE-3 drafter's "
                              f"vocabulary must be the target's ({draft.n_vocab} tokens, target {target.n_vocab})")
-    why = eagle3_problem(target.architecture, target.n_layer, target.n_embd, draft.eagle3_layers, draft.eagle3_width)
+    why = eagle3_problem(target.architecture, target.n_layer, target.n_embd, draft.eagle3_layers, draft.eagle3_width,
+                         draft.n_embd, draft.eagle3_borrows)
     if why:
         return Compatibility(False, "eagle3", f"Draft is an EAGLE-3 drafter that cannot draft for this target: {why}.")
     layers = ", ".join(map(str, draft.eagle3_layers))

@@ -162,13 +162,16 @@ def test_check_pair_names_the_layers_the_drafter_reads(files):
                               "and drafts from them.")
 
 
-@pytest.mark.parametrize("layers, keys, why", [
-    ((0, 1), {}, "its eagle3.target_layers names 2 layers, not 3"),
-    ((0, 1, 9), {}, "it reads layer 9, and the target has 4"),
-    ((0, 1, 2), {"target_hidden_size": 96}, "it reads rows 96 wide, and the target's are 64 wide"),
+@pytest.mark.parametrize("layers, keys, width, why", [
+    ((0, 1), {}, None, "its eagle3.target_layers names 2 layers, not 3"),
+    ((0, 1, 9), {}, None, "it reads layer 9, and the target has 4"),
+    ((0, 1, 2), {"target_hidden_size": 96}, None, "it reads rows 96 wide, and the target's are 64 wide"),
+    # llama.cpp would run the target's 64-wide embedding into its 96-wide norms and abort
+    ((0, 1, 2), {}, 96, "it takes the target's token embedding and output matrix, yet its own rows are 96 "
+                        "wide and the target's 64"),
 ])
-def test_a_drafter_that_does_not_fit_its_target_is_refused_in_one_line(files, tmp_path, layers, keys, why):
-    drafter = write_eagle3_drafter(files["bare"], tmp_path / "bad.gguf", layers=layers, keys=keys)
+def test_a_drafter_that_does_not_fit_its_target_is_refused_in_one_line(files, tmp_path, layers, keys, width, why):
+    drafter = write_eagle3_drafter(files["bare"], tmp_path / "bad.gguf", layers=layers, keys=keys, width=width)
     code, said = _check_pair(files["bare"], drafter)
     assert code == 1 and not said["compatible"] and said["rule"] == "eagle3"
     assert said["reason"] == f"Draft is an EAGLE-3 drafter that cannot draft for this target: {why}."
@@ -236,3 +239,17 @@ def test_a_session_names_the_drafter_file_it_drafts_with(files):
         assert info.speculation_available
     finally:
         session.close()
+
+
+def test_the_backend_refuses_a_drafter_that_would_abort_llama_cpp(files, tmp_path):
+    """Asked directly (no pair check before it), the target still judges the drafter
+    before llama.cpp builds a graph that would end the process."""
+    drafter = write_eagle3_drafter(files["bare"], tmp_path / "wide.gguf", layers=(0, 1, 2), width=96)
+    target = _open(files["bare"])
+    try:
+        with pytest.raises(Exception, match="its own rows are 96 wide and the target's 64"):
+            target.eagle_head(drafter, (0, 1, 2))
+        prompt = target.tokenize("Still here", add_special=True, parse_special=False)
+        assert len(target.evaluate(prompt, [len(prompt) - 1])[0]) == target.n_vocab  # the target runs on
+    finally:
+        target.close()
