@@ -140,6 +140,9 @@ def metadata_from(path: Path, header: GGUFHeader, values: dict[str, Any]) -> Mod
     add_eos = get.boolean("tokenizer.ggml.add_eos_token")
     architecture = get.string("general.architecture") or ""
     tensor_names = [t.name for t in header.tensors]
+    nextn = mtp_layers(architecture, values)
+    is_eagle3 = architecture == "eagle3"  # a drafter file: what it reads of its target
+    reads, reads_width = eagle3_reads(values) if is_eagle3 else ((), 0)
 
     return ModelMetadata(
         path=path,
@@ -158,13 +161,13 @@ def metadata_from(path: Path, header: GGUFHeader, values: dict[str, Any]) -> Mod
         file_size=header.file_size,
         n_parameters=header.n_parameters,
         draft_heads=trained_heads(architecture, values, tensor_names),
-        mtp_layers=mtp_layers(architecture, values),
+        mtp_layers=nextn,
         mtp_problem=mtp_head_problem(architecture, values, tensor_names),
-        n_layer=max(0, (get.integer(f"{architecture}.block_count") or 0) - mtp_layers(architecture, values)),
+        n_layer=max(0, (get.integer(f"{architecture}.block_count") or 0) - nextn),
         n_embd=get.integer(f"{architecture}.embedding_length") or 0,
-        eagle3_layers=eagle3_reads(values)[0] if architecture == "eagle3" else (),
-        eagle3_width=eagle3_reads(values)[1] if architecture == "eagle3" else 0,
-        eagle3_borrows=eagle3_borrows(tensor_names) if architecture == "eagle3" else (),
+        eagle3_layers=reads,
+        eagle3_width=reads_width,
+        eagle3_borrows=eagle3_borrows(tensor_names) if is_eagle3 else (),
     )
 
 

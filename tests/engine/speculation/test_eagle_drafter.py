@@ -6,30 +6,25 @@ distributed as the target's, hostile drafter files refused in one line."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 
-import numpy as np
 import pytest
-from scipy import stats as scistats
 
 from app.backends.llama.backend import LlamaBackend
 from app.backends.loader import load_pair
 from app.engine.gguf.meta import read_metadata
 from app.engine.speculation.drafters import EagleDrafter
-from app.engine.speculation.sampling import warp_dist
 from app.engine.speculation.speculative import SpeculativeEngine
-from app.engine.types import DrafterKind, SamplingConfig, SpecConfig, TokenKind
+from app.engine.types import DrafterKind, SamplingConfig, SpecConfig
 
 from eagle_models import write_eagle3_drafter
+from head_checks import corrected_tokens_carry_proposals, greedy_over_turns, ids, long_prompt, sampled_first_token
 from recurrent_models import MTP_SHAPE, write_recurrent_model
 
 ROOT = Path(__file__).resolve().parents[3]
-SAMPLED = SamplingConfig(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05)
 QUIET = {key: value for key, value in MTP_SHAPE.items() if key != "nextn"}  # the trunk MTP_SHAPE makes
 
 
@@ -60,24 +55,10 @@ def engines(request, files):
     plain.close()
 
 
-def _ids(generation) -> list[int]:
-    return [e.id for e in generation]
-
-
 @pytest.mark.parametrize("draft_max", [4, "auto"])
 def test_greedy_equals_the_target_alone_over_turns_and_a_regenerate(engines, draft_max):
     spec, plain, head = engines
-    prompt = spec.target.tokenize("Once upon a time, in a land far away,", add_special=True, parse_special=False)
-    turns = [prompt]
-    drafted = accepted = 0
-    for turn in range(3):
-        g = spec.generate(turns[-1], SamplingConfig(), SpecConfig(draft_max=draft_max), max_tokens=48)
-        got = _ids(g)
-        assert got == _ids(plain.generate(turns[-1], SamplingConfig(), SpecConfig(enabled=False), max_tokens=48))
-        assert g.stats.drafter == DrafterKind.MODEL.value and g.stats.speculative
-        drafted, accepted = drafted + g.stats.drafted, accepted + g.stats.accepted
-        more = spec.target.tokenize(" And then?", add_special=False, parse_special=False)
-        turns.append(turns[-1] + got + more if turn == 0 else turns[0] + more)
+    drafted, accepted = greedy_over_turns(spec, plain, draft_max, DrafterKind.MODEL.value)
     if draft_max != "auto":  # auto may stop drafting where it does not pay
         assert drafted > 30 and 0.05 < accepted / drafted < 0.95, (drafted, accepted)
     assert head.blind_steps == 0  # every entry read a row: the target's, or the drafter's own
@@ -85,55 +66,22 @@ def test_greedy_equals_the_target_alone_over_turns_and_a_regenerate(engines, dra
 
 def test_a_prompt_longer_than_a_batch_goes_through_the_encoder_in_batches(engines):
     spec, plain, head = engines
-    words = " ".join(f"item {i} is on the list," for i in range(80))
-    prompt = spec.target.tokenize(words, add_special=True, parse_special=False)
-    assert spec.target.n_batch < len(prompt) < spec.target.n_ctx - 64
-    g = spec.generate(prompt, SamplingConfig(), SpecConfig(draft_max=3), max_tokens=24)
-    assert _ids(g) == _ids(plain.generate(prompt, SamplingConfig(), SpecConfig(enabled=False), max_tokens=24))
-    assert g.stats.drafted > 0
+    assert long_prompt(spec, plain) > 0
 
 
 def test_corrected_tokens_carry_what_the_drafter_proposed(engines):
     spec, plain, head = engines
-    prompt = spec.target.tokenize("The weather today", add_special=True, parse_special=False)
-    events = list(spec.generate(prompt, SamplingConfig(), SpecConfig(draft_max=3), max_tokens=40))
-    corrected = [e for e in events if e.kind is TokenKind.CORRECTED]
-    assert corrected and all(e.draft_id is not None and e.draft_id != e.id for e in corrected)
-    assert any(e.kind is TokenKind.ACCEPTED for e in events)
+    corrected_tokens_carry_proposals(spec)
 
 
 def test_sampled_tokens_follow_the_target_not_the_drafter(engines):
     """Rejection sampling with the drafter's warped logits as q: the first token of a
     reply is distributed as the target's own (chi-square), not as the drafter's."""
     spec, plain, head = engines
-    prompt = spec.target.tokenize("My favourite colour is", add_special=True, parse_special=False)
-    plain.target.trim(0)
-    p = warp_dist(plain.target.evaluate(prompt, [len(prompt) - 1])[0], SAMPLED)
-    drafter = spec.drafter
-    drafter.roll_back([])
-    spec.target.trim(0)
-    n = 1500
-    counts: Counter[int] = Counter()
-    for seed in range(n):
-        g = spec.generate(prompt, dataclasses.replace(SAMPLED, seed=seed), SpecConfig(draft_max=3), max_tokens=1)
-        counts[_ids(g)[0]] += 1
-    q = drafter.propose(prompt, 1, SAMPLED, np.random.default_rng(1), 0.0).q[0]
-    support = sorted(set(p.support().tolist()) | set(counts))
-    observed = np.array([counts[t] for t in support], dtype=float)
-
-    def chi_square(dist) -> float:
-        exact = np.array([dist.prob(t) for t in support])
-        keep = exact * n >= 5
-        expected = np.append(exact[keep], exact[~keep].sum()) * n
-        got = np.append(observed[keep], observed[~keep].sum())
-        nonzero = expected > 0
-        if (got[~nonzero] > 0).any():
-            return 0.0
-        return scistats.chisquare(got[nonzero], expected[nonzero] * got.sum() / expected[nonzero].sum()).pvalue
-
-    assert len(p.support()) >= 3, "the prompt should give a spread of tokens"
-    assert chi_square(p) > 1e-3
-    assert chi_square(q) < 1e-6
+    target_p, drafter_p, support = sampled_first_token(spec, plain)
+    assert support >= 3, "the prompt should give a spread of tokens"
+    assert target_p > 1e-3
+    assert drafter_p < 1e-6
 
 
 def test_load_pair_drafts_with_a_named_eagle3_file(files):
@@ -143,7 +91,7 @@ def test_load_pair_drafts_with_a_named_eagle3_file(files):
         assert pair.engine.drafter.model.name.endswith("(its EAGLE-3 drafter)")
         prompt = pair.target.tokenize("Hello there,", add_special=True, parse_special=False)
         g = pair.engine.generate(prompt, SamplingConfig(), SpecConfig(draft_max=3), max_tokens=24)
-        assert len(_ids(g)) == 24 and g.stats.drafted > 0
+        assert len(ids(g)) == 24 and g.stats.drafted > 0
     finally:
         pair.close()
 
