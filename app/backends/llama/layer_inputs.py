@@ -18,6 +18,7 @@ import ctypes
 from typing import Any, Iterable
 
 import llama_cpp as ll
+import numpy as np
 
 from app.backends.llama.backend_error import BackendError
 
@@ -46,21 +47,21 @@ _IDS_N = _bind(("llama_model_target_layer_ids_n", "_Z30llama_model_target_layer_
                [ll.llama_model_p_ctypes], ctypes.c_uint32)
 
 
+# Judged once, at import: read() runs after every target decode.
+_MISSING = next((name for name, func in (("llama_set_embeddings_layer_inp", _SET),
+                                         ("llama_get_embeddings_layer_inp", _GET),
+                                         ("llama_model_target_layer_ids", _IDS),
+                                         ("llama_model_target_layer_ids_n", _IDS_N)) if func is None), None)
+
+
 def available() -> str | None:
     """None where this libllama exports all four; else why a drafter that reads layer inputs cannot run."""
-    missing = [name for name, func in (("llama_set_embeddings_layer_inp", _SET),
-                                       ("llama_get_embeddings_layer_inp", _GET),
-                                       ("llama_model_target_layer_ids", _IDS),
-                                       ("llama_model_target_layer_ids_n", _IDS_N)) if func is None]
-    if missing:
-        return f"this llama.cpp exports no {missing[0]}"
-    return None
+    return f"this llama.cpp exports no {_MISSING}" if _MISSING else None
 
 
 def _require() -> None:
-    problem = available()
-    if problem:
-        raise BackendError(problem)
+    if _MISSING:
+        raise BackendError(available())
 
 
 def target_layer_ids(model) -> list[int]:
@@ -81,8 +82,6 @@ def extract(ctx, layer: int) -> None:
 
 def read(ctx, layer: int, n_rows: int, n_embd: int):
     """The last decode's first ``n_rows`` inputs of ``layer``, a view of llama.cpp's buffer."""
-    import numpy as np
-
     _require()
     ptr = _GET(ctx, layer)
     if not ptr:
