@@ -29,26 +29,30 @@ from app.engine.speculation.sparse_dist import Dist
 from app.engine.types import DrafterKind, SamplingConfig
 
 
-# The most of a long prompt the draft model reads: its tail. The draft guesses the next
-# few tokens and the target judges every one, so what it reads changes how often it is
-# right, never the reply; reading all of a context-filling prompt doubled the prompt's
-# cost (the target reads it anyway) for little better guessing. On a CPU a small draft
-# reads a prompt token about as slowly as the target (the demo draft, Q4_1: 4.1 ms
-# against the F32 target's 3.7), so its 1,024 tokens cost a cold 3,500-token agent turn
-# 4 s, and 256 still 1 s. So the window is what the draft reads in ``READ_BUDGET_S``,
-# measured on its own last reading, between ``DRAFT_WINDOW_MIN`` (where nothing is
-# measured yet) and ``DRAFT_WINDOW``: on this CPU 64 tokens, and twelve Spec-Bench RAG and
-# summarization prompts took 13% less time than with 256 at the same acceptance; on a
-# GPU, where reading costs next to nothing, 256 (docs/performance.md, "Long prompts").
-DRAFT_WINDOW = 256
-DRAFT_WINDOW_MIN = 64
-READ_BUDGET_S = 0.25
+# What the draft model reads (docs/speculative.md, "What the draft model reads"). It
+# guesses the next few tokens and the target judges every one, so what it reads changes
+# how often it is right, never the reply.
+# - It keeps what it read: a prompt that extends what it holds (a chat's next turn, an
+#   agent's history grown by a turn) is read from where its reading began, only what was
+#   added. Its context is the target's size, so what it holds never has to move.
+# - A prompt it holds little of (a new chat, another client's conversation) it reads
+#   whole up to ``READ_WHOLE`` tokens, whatever the machine: every ordinary chat. Two
+#   pasted texts and a request about the first (670 tokens) drafted from their last 256
+#   tokens kept 0.56 of the draft's guesses against 0.93 read whole (sampled, demo pair:
+#   tests/engine/speculation/test_acceptance_floors.py).
+# - Of a longer one it reads the tail it reads in ``READ_BUDGET_S`` at its own measured
+#   cost per token, at least ``TAIL_LEAST`` tokens (on a GPU, where reading costs next to
+#   nothing, all of it). On a CPU a small draft reads a token about as slowly as the
+#   target (the demo draft, Q4_1: 4.1 ms against the F32 target's 3.7), so all of a
+#   3,500-token agent head would cost its first turn 12 s more; the tail costs 1 s.
+READ_WHOLE = 1024
+READ_BUDGET_S = 1.0
+TAIL_LEAST = 256
 _MEASURED_READ = 32  # a reading this long times the draft's cost per token
 
-
 class ModelDrafter(DrafterDefaults):
-    """Drafts with a small model whose vocabulary matches the target's. Of a prompt
-    longer than ``reads_at_most`` tokens it reads the tail (``READ_BUDGET_S``)."""
+    """Drafts with a small model whose vocabulary matches the target's. It keeps what it
+    read; of a new prompt longer than ``reads_at_most`` tokens it reads the tail."""
 
     kind = DrafterKind.MODEL
     branches = True
@@ -71,16 +75,24 @@ class ModelDrafter(DrafterDefaults):
 
     @property
     def reads_at_most(self) -> int:
-        """The tail of a long prompt it reads: what it reads in ``READ_BUDGET_S``."""
+        """Of a new prompt longer than ``READ_WHOLE`` tokens, the tail it reads: what it
+        reads in ``READ_BUDGET_S`` (its last long reading timed), at least ``TAIL_LEAST``."""
         if self._window is not None:
             return self._window
         if not self.read_cost:
-            return DRAFT_WINDOW_MIN
-        return int(min(DRAFT_WINDOW, max(DRAFT_WINDOW_MIN, READ_BUDGET_S / self.read_cost)))
+            return TAIL_LEAST
+        return max(TAIL_LEAST, int(READ_BUDGET_S / self.read_cost))
 
     @reads_at_most.setter
     def reads_at_most(self, tokens: int) -> None:
         self._window = tokens
+
+    def _new_reading(self, length: int) -> int:
+        """How much of a new prompt of ``length`` tokens it reads: all of an ordinary
+        chat's, the tail of a longer one."""
+        if length <= READ_WHOLE and self._window is None:
+            return length
+        return min(length, self.reads_at_most)
 
     def prepare(self, context: Sequence[int]) -> None:
         self._offset = self._start(context)
@@ -186,15 +198,17 @@ class ModelDrafter(DrafterDefaults):
         return list(context[reuse:])
 
     def _start(self, context: Sequence[int]) -> int:
-        """Where the draft's reading of a new prompt begins: where it began for the last
-        one while what it read is still there (an agent resending its history grown by a
-        turn reads only the turn) and fits twice ``reads_at_most``, else that many from the end."""
-        old = self._offset
-        cached = self.model.tokens
-        if (0 <= old < len(context) and len(context) - old <= 2 * self.reads_at_most
-                and common_prefix(cached, context[old:old + len(cached)]) >= min(len(cached), self.reads_at_most // 2)):
-            return old
-        return max(0, len(context) - self.reads_at_most) if len(context) > self.reads_at_most else 0
+        """Where the draft's reading of ``context`` begins. Where it began for the last
+        prompt, while what it holds from there is still ``context``'s and what is left to
+        read costs no more than a new reading would: so nothing it holds is read again,
+        and a chat's draft sees all of it. Else, a new reading: the last
+        ``reads_at_most`` tokens."""
+        old, held = self._offset, self.model.tokens
+        if 0 <= old < len(context) and held:
+            kept = common_prefix(held, context[old:old + len(held)])
+            if kept and len(context) - old - kept <= self._new_reading(len(context)):
+                return old
+        return len(context) - self._new_reading(len(context))
 
     def _choose(self, logits: np.ndarray, sampling: SamplingConfig, rng: np.random.Generator,
                 state: Constraint | None = None) -> tuple[int, float, Dist | None, int | None]:
@@ -290,6 +304,13 @@ class LookupDrafter(DrafterDefaults):
         # n -> {n tokens: where what followed their latest occurrence starts}
         self._follows: dict[int, dict[tuple[int, ...], int]] = {
             n: {} for n in range(ngram_min, ngram_max + 1)}
+
+    def _new_reading(self, length: int) -> int:
+        """How much of a new prompt of ``length`` tokens it reads: all of an ordinary
+        chat's, the tail of a longer one."""
+        if length <= READ_WHOLE and self._window is None:
+            return length
+        return min(length, self.reads_at_most)
 
     def prepare(self, context: Sequence[int]) -> None:
         self._index(context)

@@ -1,13 +1,14 @@
-"""A long prompt: the draft model reads only its tail (``ModelDrafter.reads_at_most``),
-so a context-filling history is read once by the target rather than twice; the reply
-is the same (the target judges every drafted token), and a prompt grown by a turn is
-read by the draft from where it began reading. The first token comes from the
-prompt's own logits, and the draft reads after it."""
+"""What the draft model reads. A new prompt of up to ``READ_WHOLE`` tokens it reads
+whole; of a longer one only its tail (``ModelDrafter.reads_at_most``), so a
+context-filling history is read once by the target rather than twice; the reply is the
+same (the target judges every drafted token). It keeps what it read: a prompt grown by
+a turn is read from where its reading began, only what was added, however long the chat
+grows. The first token comes from the prompt's own logits, and the draft reads after it."""
 
 from __future__ import annotations
 
 from app.engine.prompting.chat import build_messages, chat_tokens
-from app.engine.speculation.drafters import DRAFT_WINDOW, DRAFT_WINDOW_MIN, READ_BUDGET_S, ModelDrafter
+from app.engine.speculation.drafters import READ_BUDGET_S, READ_WHOLE, TAIL_LEAST, ModelDrafter
 from app.engine.speculation.speculative import SpeculativeEngine
 from app.engine.types import SamplingConfig, SpecConfig, TokenKind
 
@@ -34,27 +35,56 @@ def test_the_draft_reads_the_tail_and_the_reply_is_the_same(q41_target, q40_draf
     assert drafter._offset == offset  # still reading from where it began: only the new turn is read
 
 
-def test_a_short_prompt_is_read_whole(q41_target, q40_draft):
-    prompt = chat_tokens(q41_target, build_messages(_history(2)))
-    assert len(prompt) < DRAFT_WINDOW_MIN
-    drafter = ModelDrafter(q40_draft, q41_target.n_vocab, eog_ids=q41_target.eog_ids)
-    drafter.prepare(prompt)
-    assert drafter._offset == 0 and q40_draft.tokens == prompt[:-1]
-
-
-def test_the_window_is_what_the_draft_reads_in_its_budget(q41_target, q40_draft):
-    """Nothing timed yet: the smallest window. Then its own reading, timed, sets it:
-    what it reads in READ_BUDGET_S, within [DRAFT_WINDOW_MIN, DRAFT_WINDOW]."""
+def test_an_ordinary_chat_is_read_whole_on_any_machine(q41_target, q40_draft):
+    """Up to READ_WHOLE tokens, however slowly the draft was timed reading."""
     q40_draft.trim(0)
     drafter = ModelDrafter(q40_draft, q41_target.n_vocab, eog_ids=q41_target.eog_ids)
-    assert drafter.read_cost is None and drafter.reads_at_most == DRAFT_WINDOW_MIN
-    drafter.prepare(chat_tokens(q41_target, build_messages(_history(41))))
-    assert drafter.read_cost and len(q40_draft.tokens) == DRAFT_WINDOW_MIN - 1
-    expected = min(DRAFT_WINDOW, max(DRAFT_WINDOW_MIN, int(READ_BUDGET_S / drafter.read_cost)))
-    assert drafter.reads_at_most == expected
-    for cost, window in ((1e-6, DRAFT_WINDOW), (READ_BUDGET_S / 100, 100), (1.0, DRAFT_WINDOW_MIN)):
+    drafter.read_cost = 1.0  # a second a token: the slowest machine there is
+    for turns in (2, 61):
+        prompt = chat_tokens(q41_target, build_messages(_history(turns)))
+        assert len(prompt) <= READ_WHOLE
+        q40_draft.trim(0)
+        drafter.prepare(prompt)
+        assert drafter._offset == 0 and q40_draft.tokens == prompt[:-1]
+
+
+def test_a_long_prompt_is_read_as_far_as_its_budget(q41_target, q40_draft):
+    """Nothing timed yet: TAIL_LEAST of a longer prompt's tail. Then its own reading, timed,
+    sets what it reads: the tail it reads in READ_BUDGET_S, never less than TAIL_LEAST."""
+    q40_draft.trim(0)
+    drafter = ModelDrafter(q40_draft, q41_target.n_vocab, eog_ids=q41_target.eog_ids)
+    assert drafter.read_cost is None and drafter.reads_at_most == TAIL_LEAST
+    prompt = chat_tokens(q41_target, build_messages(_history(120)))
+    assert len(prompt) > READ_WHOLE + 100
+    drafter.prepare(prompt)
+    assert drafter.read_cost and drafter._offset == len(prompt) - TAIL_LEAST
+    assert q40_draft.tokens == prompt[-TAIL_LEAST:-1]
+    assert drafter.reads_at_most == max(TAIL_LEAST, int(READ_BUDGET_S / drafter.read_cost))
+    for cost, tokens in ((1e-6, 1_000_000), (READ_BUDGET_S / 1000, 1000), (1.0, TAIL_LEAST)):
         drafter.read_cost = cost
-        assert drafter.reads_at_most == window
+        assert drafter.reads_at_most == tokens
+        drafter.model.trim(0)
+        assert drafter.unread(prompt) == min(len(prompt), tokens)
+
+
+def test_a_growing_chat_never_moves_what_the_draft_reads(q41_target, q40_draft):
+    """Turn after turn, long past twice the window: the draft reads from where it began,
+    only what each turn added, and never what it holds already."""
+    q40_draft.trim(0)
+    drafter = ModelDrafter(q40_draft, q41_target.n_vocab, eog_ids=q41_target.eog_ids)
+    drafter.reads_at_most = 64
+    prompt = chat_tokens(q41_target, build_messages(_history(41)))
+    drafter.prepare(prompt)
+    begun = drafter._offset
+    assert begun == len(prompt) - 64
+    for turns in range(43, 71, 2):  # the chat grows by 4 x 64 tokens past where it began
+        grown = chat_tokens(q41_target, build_messages(_history(turns)))
+        added = len(grown) - len(prompt)
+        assert drafter.unread(grown) == added + 1  # the new turn (its last token is the next step's)
+        drafter.prepare(grown)
+        assert drafter._offset == begun and q40_draft.tokens == grown[begun:-1]
+        prompt = grown
+    assert len(prompt) - begun > 4 * 64
 
 
 def _first_then_rest(generation) -> tuple[int, list[int]]:
