@@ -305,13 +305,6 @@ class LookupDrafter(DrafterDefaults):
         self._follows: dict[int, dict[tuple[int, ...], int]] = {
             n: {} for n in range(ngram_min, ngram_max + 1)}
 
-    def _new_reading(self, length: int) -> int:
-        """How much of a new prompt of ``length`` tokens it reads: all of an ordinary
-        chat's, the tail of a longer one."""
-        if length <= READ_WHOLE and self._window is None:
-            return length
-        return min(length, self.reads_at_most)
-
     def prepare(self, context: Sequence[int]) -> None:
         self._index(context)
 
