@@ -50,6 +50,7 @@ READ_BUDGET_S = 1.0
 TAIL_LEAST = 256
 _MEASURED_READ = 32  # a reading this long times the draft's cost per token
 
+
 class ModelDrafter(DrafterDefaults):
     """Drafts with a small model whose vocabulary matches the target's. It keeps what it
     read; of a new prompt longer than ``reads_at_most`` tokens it reads the tail."""
@@ -201,8 +202,7 @@ class ModelDrafter(DrafterDefaults):
         """Where the draft's reading of ``context`` begins. Where it began for the last
         prompt, while what it holds from there is still ``context``'s and what is left to
         read costs no more than a new reading would: so nothing it holds is read again,
-        and a chat's draft sees all of it. Else, a new reading: the last
-        ``reads_at_most`` tokens."""
+        and a chat's draft sees all of it. Else, a new reading (``_new_reading``)."""
         old, held = self._offset, self.model.tokens
         if 0 <= old < len(context) and held:
             kept = common_prefix(held, context[old:old + len(held)])
