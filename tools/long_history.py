@@ -8,7 +8,7 @@ the rest is reading, checking and trimming the history to the context, and the r
 
 ``--parts`` times the pieces one after another in one process: trimming the history
 (``conversation_prompt``), the target's evaluation of the trimmed prompt, and the draft
-model's, whole and of the last ``READ_WHOLE`` tokens (the least of a new prompt it reads).
+model's, whole and of the last ``TAIL_LEAST`` tokens (the least of a long new prompt it reads).
 
 Prints the figures; nothing is asserted (speed depends on the machine and its load).
 """
@@ -53,7 +53,7 @@ def parts(count: int) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from app.backends.llama.backend import LlamaBackend
     from app.engine.prompting.chat import conversation_prompt
-    from app.engine.speculation.drafters import READ_WHOLE
+    from app.engine.speculation.drafters import TAIL_LEAST
     from app.models.demo import demo_pair
 
     pair = demo_pair()
@@ -72,7 +72,7 @@ def parts(count: int) -> None:
 
     for _ in range(2):
         print(f"  target, {len(body)} tokens: {evaluate(target, body):.2f} s; draft, the same: "
-              f"{evaluate(draft, body):.2f} s; draft, the last {READ_WHOLE}: {evaluate(draft, body[-READ_WHOLE:]):.2f} s")
+              f"{evaluate(draft, body):.2f} s; draft, the last {TAIL_LEAST}: {evaluate(draft, body[-TAIL_LEAST:]):.2f} s")
     target.close()
     draft.close()
 
