@@ -105,6 +105,8 @@ def all_tensors(model: ModelFile) -> list:
     from app.library.entries import split_parts
 
     tensors = list(model.header.tensors)
+    if model.parts_read:
+        return tensors
     for part in (split_parts(model.resolved) or [])[1:]:
         header, _ = scan_header(part, lambda _key: False, name=part)
         tensors += header.tensors

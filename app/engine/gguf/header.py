@@ -113,6 +113,33 @@ def scan_header(path: Path, wanted: Callable[[str], bool], *,
     return header, values
 
 
+class NeedMoreBytes(Exception):
+    """A walk of a header prefix (:func:`scan_header_prefix`) reached past the bytes it
+    was given, though not past the file: ``needed`` bytes from the start would do."""
+
+    def __init__(self, needed: int) -> None:
+        super().__init__(needed)
+        self.needed = needed
+
+
+def scan_header_prefix(prefix: bytes, file_size: int, wanted: Callable[[str], bool], *,
+                       name: Path) -> tuple[GGUFHeader, dict[str, Any]]:
+    """:func:`scan_header` of a file known only by its first bytes (``prefix``) and its
+    size: a header read over the network. Every length is checked against ``file_size``
+    as a local file's is against its bytes, so a lying header fails the same way; a
+    header that goes on past ``prefix`` raises :class:`NeedMoreBytes` (read more and
+    walk again). ``name`` is what messages call the file."""
+    if file_size < len(prefix):
+        raise file_error(name, f"is {len(prefix)} bytes long, more than the {file_size} its server says")
+    _check_magic(name, prefix[:64], file_size)
+    walker = _Walker(name, prefix, file_size, lambda key: wanted(key) or rule_keys(key))
+    header = walker.walk()
+    reason = first_violation(walker.values, header.alignment)
+    if reason:
+        raise file_error(name, reason)
+    return header, walker.values
+
+
 def resolve_model_path(path: str | os.PathLike[str], *,
                        name: Path | None = None) -> tuple[Path, os.stat_result]:
     """``path`` with every symlink followed, and its ``stat``; a path that names no
@@ -197,10 +224,11 @@ def _check_magic(path: Path, head: bytes, size: int) -> None:
 class _Walker:
     """One pass over the header, every read bounded by the file size."""
 
-    def __init__(self, path: Path, buf: mmap.mmap, size: int, wanted: Callable[[str], bool]) -> None:
+    def __init__(self, path: Path, buf: mmap.mmap | bytes, size: int, wanted: Callable[[str], bool]) -> None:
         self.path = path
         self.buf = buf
         self.size = size
+        self.have = len(buf)  # the bytes at hand: all of a local file, a prefix of a remote one
         self.wanted = wanted
         self.values: dict[str, Any] = {}
         self.pos = 0
@@ -217,6 +245,8 @@ class _Walker:
                 f"{what} runs past the end of the file (needs {n} bytes at offset {self.pos}, "
                 f"{left} left); the file is truncated or corrupt"
             )
+        if self.pos + n > self.have:
+            raise NeedMoreBytes(self.pos + n)
 
     def scalar(self, vtype: int, what: str) -> Any:
         s = _SCALARS[vtype]
@@ -328,6 +358,7 @@ class _Walker:
                 f"more than the {left} bytes left in the file"
             )
         if etype in _SCALARS:
+            self.need(count * min_size, f"array '{key}'")
             start = self.pos
             self.pos += count * min_size
             return list(struct.unpack_from(f"<{count}{_SCALAR_FORMATS[etype]}", self.buf, start)) if keep else None
@@ -338,7 +369,7 @@ class _Walker:
 
     def string_array(self, key: str, count: int, keep: bool) -> list[str] | None:
         # The hot loop for vocabularies and merges (~50k entries each): locals only.
-        buf, pos, end, unpack = self.buf, self.pos, self.size, _U64.unpack_from
+        buf, pos, end, unpack = self.buf, self.pos, min(self.size, self.have), _U64.unpack_from
         out: list[str] = []
         for i in range(count):
             if pos + 8 > end:
@@ -347,7 +378,9 @@ class _Walker:
             start = pos + 8
             pos = start + unpack(buf, pos)[0]
             if pos > end:
-                raise self.fail(f"string {i} in '{key}' runs past the end of the file; the file is truncated or corrupt")
+                if pos > self.size:
+                    raise self.fail(f"string {i} in '{key}' runs past the end of the file; the file is truncated or corrupt")
+                raise NeedMoreBytes(pos)
             if keep:
                 out.append(buf[start:pos].decode("utf-8", "surrogateescape"))
         self.pos = pos

@@ -56,6 +56,9 @@ class ModelFile:
     memory_kind: str            # ATTENTION, RECURRENT or HYBRID: llama.cpp decides by the architecture's name (memory_kinds.py)
     # Its {arch}.* sizes that the memory estimate reads (memory_estimate.HYPERPARAMETERS), prefix removed
     hparams: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    # The header's tensors are every part's already (a split model read over the network,
+    # whose other parts are not on this disk to walk).
+    parts_read: bool = False
 
     @property
     def architecture(self) -> str:
@@ -95,19 +98,26 @@ def open_model_file(path: str | os.PathLike[str] | ModelFile) -> ModelFile:
     known = _OPENED.get(resolved, identity)
     if known is not None:
         return known if known.path == given else replace(known, path=given)
-    header, values = scan_header(resolved, _wanted, name=given)
-    metadata = metadata_from(given, header, values)
-    arch = metadata.architecture
-    layers = values.get(f"{arch}.block_count") if arch else None
-    hparams = {key[len(arch) + 1:]: value for key, value in values.items() if arch and key.startswith(arch + ".")}
-    opened = ModelFile(path=given, resolved=resolved, identity=identity, header=header, metadata=metadata,
-                       n_layers=layers if type(layers) is int else None, memory_kind=memory_kind(arch),
-                       hparams=hparams)
+    header, values = scan_header(resolved, wanted_keys, name=given)
+    opened = model_file_from(given, resolved, identity, header, values)
     _OPENED.put(opened)
     return opened
 
 
-def _wanted(key: str) -> bool:
+def model_file_from(given: Path, resolved: Path, identity: FileIdentity, header: GGUFHeader,
+                    values: dict[str, Any], *, parts_read: bool = False) -> ModelFile:
+    """The ModelFile of a header already walked with :func:`wanted_keys` (a local file's,
+    or one read over the network)."""
+    metadata = metadata_from(given, header, values)
+    arch = metadata.architecture
+    layers = values.get(f"{arch}.block_count") if arch else None
+    hparams = {key[len(arch) + 1:]: value for key, value in values.items() if arch and key.startswith(arch + ".")}
+    return ModelFile(path=given, resolved=resolved, identity=identity, header=header, metadata=metadata,
+                     n_layers=layers if type(layers) is int else None, memory_kind=memory_kind(arch),
+                     hparams=hparams, parts_read=parts_read)
+
+
+def wanted_keys(key: str) -> bool:
     """The keys a load decodes: the metadata's, and the sizes the memory estimate reads."""
     return metadata_key(key) or key.partition(".")[2] in HYPERPARAMETERS
 
