@@ -3,6 +3,11 @@
 Reads the two headers and the machine's free memory (``app/session/fit.py``); loads
 nothing, so it answers for a 70B model in a second. ``--gpu-memory`` plans for a GPU
 with that much free memory instead of the one NVML sees (or none).
+
+A file on the Hugging Face Hub (``hf://ORG/REPO/FILE.gguf``) is planned from its header,
+read with range requests (``app.hub.remote_header``: a few MB, never the weights); the
+plan then also says what the download costs against the free disk, and whether the
+two files make a pair.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
-from app.terminal.arg_types import gpu_layers_value, whole
+from app.terminal.arg_types import gpu_layers_value, setting_value
 
 FLASH_CHOICES = ("auto", "on", "off")
 
@@ -21,9 +26,11 @@ def add_parser(subcommands) -> None:
         "fit", help="will TARGET (and DRAFT) fit this machine's GPU and memory, and how are they split?",
         description="Plan a target and its draft onto the GPU before loading: the draft wholly first, then as many "
                     "target layers as fit, the rest in system memory. Reads only the files' headers.")
-    fit.add_argument("target_path", type=Path, metavar="TARGET", help="the target GGUF")
-    fit.add_argument("draft_path", type=Path, metavar="DRAFT", nargs="?", help="the draft GGUF (default: none)")
-    fit.add_argument("--ctx", "--n-ctx", "-c", dest="n_ctx", type=whole(16, 2**24), metavar="N", default=4096,
+    fit.add_argument("target_path", type=_model_path, metavar="TARGET",
+                     help="the target GGUF, a file or hf://ORG/REPO/FILE.gguf on the Hugging Face Hub")
+    fit.add_argument("draft_path", type=_model_path, metavar="DRAFT", nargs="?",
+                     help="the draft GGUF, a file or hf://... (default: none)")
+    fit.add_argument("--ctx", "--n-ctx", "-c", dest="n_ctx", type=setting_value("n_ctx"), metavar="N", default=4096,
                      help="context size in tokens (default: 4096, as every front end)")
     fit.add_argument("--gpu-memory", type=_size, metavar="SIZE",
                      help="plan for a GPU with this much free memory (e.g. 8GiB, 512MiB; 0: none) instead of "
@@ -35,6 +42,18 @@ def add_parser(subcommands) -> None:
     fit.add_argument("--flash-attn", choices=FLASH_CHOICES, default="auto",
                      help="flash attention, as the load would run it (default: auto)")
     fit.add_argument("--json", action="store_true", help="one JSON object: each model's parts, the plan, fits")
+
+
+def _model_path(text: str):
+    """A local path, or a Hub file (``hf://``) checked for its spelling here."""
+    from app.hub.files import HubNameError, is_hub_name, parse_file
+
+    if is_hub_name(text):
+        try:
+            return parse_file(text)
+        except HubNameError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return Path(text)
 
 
 def _size(text: str) -> int:
@@ -51,16 +70,59 @@ def cmd_fit(args: argparse.Namespace) -> int:
     from app.session.fit import plan_files, read_machine
 
     machine = read_machine(args.gpu_memory, build_has_gpu=False)
-    plan = plan_files(args.target_path, args.draft_path, n_ctx=args.n_ctx, machine=machine,
-                      target_gpu_layers=args.gpu_layers, draft_gpu_layers=args.draft_gpu_layers,
+    target, draft, remote = _opened(args.target_path), None, []
+    if args.draft_path is not None:
+        draft = _opened(args.draft_path)
+    remote = [m for m in (target, draft) if m is not None and not isinstance(m, Path)]
+    plan = plan_files(_model(target), _model(draft) if draft is not None else None, n_ctx=args.n_ctx,
+                      machine=machine, target_gpu_layers=args.gpu_layers, draft_gpu_layers=args.draft_gpu_layers,
                       flash_attention=args.flash_attn)
     note = _note(plan, args.n_ctx, machine)
+    extra = _remote_lines(target, draft, remote) if remote else {}
     if args.json:
-        print(json.dumps(as_json(plan, note, args)))
+        out = as_json(plan, note, args)
+        out.update(extra.get("json", {}))
+        print(json.dumps(out))
     else:
         print(_table(plan, args))
         print(note)
+        for line in extra.get("lines", ()):
+            print(line)
     return 0 if plan.fits else 1
+
+
+def _opened(path):
+    """A local path as it is; a Hub file's header read over the network (RemoteModel)."""
+    if isinstance(path, Path):
+        return path
+    from app.hub.remote_header import read_remote_model
+
+    return read_remote_model(path)
+
+
+def _model(opened):
+    return opened if isinstance(opened, Path) else opened.model
+
+
+def _remote_lines(target, draft, remote) -> dict:
+    """What a plan of Hub files adds: the download against the free disk, the header
+    bytes read, and the pair check (from the two headers)."""
+    from app.cli.hub_command import _free_disk, _gb
+    from app.engine.gguf.meta import pair_verdict
+    from app.engine.gguf.model_file import open_model_file
+
+    size = sum(m.size for m in remote)
+    free = _free_disk()
+    lines = [f"Download: {_gb(size)} ({_gb(sum(m.header_bytes for m in remote))} of headers read); "
+             f"free disk for the Hugging Face cache: {_gb(free)}"
+             + ("" if size <= free else " - not enough")]
+    out: dict = {"download_bytes": size, "free_disk_bytes": free,
+                 "header_bytes": sum(m.header_bytes for m in remote)}
+    if draft is not None:
+        verdict = pair_verdict(open_model_file(_model(target)).metadata, open_model_file(_model(draft)).metadata)
+        lines.append(("Pair: " if verdict.ok else "Pair: no - ") + verdict.reason)
+        out["compatible"] = verdict.ok
+    return {"lines": lines, "json": out}
 
 
 def _note(plan, n_ctx: int, machine) -> str:
@@ -106,7 +168,8 @@ def _table(plan, args: argparse.Namespace) -> str:
         gpu = part.gpu_bytes if plan.gpu_free else 0
         ram = part.ram_bytes if plan.gpu_free else part.bytes
         layers = f"{on_gpu} of {part.layers + 1}"  # llama.cpp's count: the output head is the last
-        rows.append((role, shown_name(path), layers, gb(gpu), gb(ram), gb(part.bytes)))
+        name = shown_name(path) if isinstance(path, Path) else path.filename.rsplit("/", 1)[-1]
+        rows.append((role, name, layers, gb(gpu), gb(ram), gb(part.bytes)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths)))
              for r in rows]

@@ -74,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     worker_command.add_parser(subcommands)
     from app.cli import fit_command  # the fit command defines its own options
     fit_command.add_parser(subcommands)
+    from app.cli import hub_command  # search and pull define their own options
+    hub_command.add_parsers(subcommands)
     return parser
 
 
@@ -112,6 +114,10 @@ def run(argv: Sequence[str] | None = None) -> int:
             from app.cli.fit_command import cmd_fit
 
             return cmd_fit(args)
+        if command in ("search", "pull"):  # the Hub and headers: nothing loads
+            from app.cli import hub_command
+
+            return {"search": hub_command.cmd_search, "pull": hub_command.cmd_pull}[command](args)
         ensure_llama_runs()  # everything below loads models
         if args.self_test:
             from app.cli.selftest import run_self_test

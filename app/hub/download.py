@@ -59,10 +59,9 @@ class Pulled:
 
 def hub_cache() -> Path:
     """The Hub's cache folder, in huggingface_hub's order (the library reads the same)."""
-    from app.library.locations import _hub_cache
+    from app.library.locations import hub_cache_folder
 
-    xdg = Path(os.environ["XDG_CACHE_HOME"]) if os.environ.get("XDG_CACHE_HOME") else Path.home() / ".cache"
-    return _hub_cache(os.environ, xdg)
+    return hub_cache_folder()
 
 
 def repo_folder(repo: str) -> Path:

@@ -1,7 +1,7 @@
 """Finding GGUF repositories on the Hub, and what each one holds.
 
-``search`` asks the Hub's model search (``HfApi.list_models``, GGUF repositories only,
-most downloaded first); ``repo_files`` lists one repository's model files with their
+``search`` asks the Hub's model search (``/api/models``, GGUF repositories only, most
+downloaded first); ``repo_files`` lists one repository's model files with their
 sizes and quantisations (``HfApi.model_info`` with the files' metadata: sizes and the
 LFS sha256 a download is checked against).
 """
@@ -49,18 +49,37 @@ def _api():
 
 def search(text: str, *, limit: int = SEARCH_MOST, with_files: int = FILES_FOR) -> list[RepoResult]:
     """GGUF repositories whose names hold ``text``, most downloaded first; the first
-    ``with_files`` of them with their model files."""
+    ``with_files`` of them with their model files.
+
+    The Hub's ``GET /api/models`` (what ``HfApi.list_models`` asks), requested here in one
+    page: huggingface_hub's paginator retries a refused connection for half a minute,
+    where an offline user should get one line at once."""
+    from app.hub.connection import auth_headers, raise_for_status, session, timeout
+
+    params = {"search": text, "filter": "gguf", "sort": "downloads", "direction": "-1", "limit": str(limit)}
+
+    def ask():
+        response = session().get(f"{endpoint()}/api/models", params=params, headers=auth_headers(),
+                                 timeout=timeout())
+        raise_for_status(response)
+        return response.json()
+
     with hub_errors(f"searching the Hub for {text!r}"):
-        found = retrying(lambda: list(_api().list_models(search=text, filter="gguf", sort="downloads",
-                                                          limit=limit)))
-    results = [RepoResult(m.id, int(m.downloads or 0), int(m.likes or 0), gated=bool(m.gated))
-               for m in found if isinstance(getattr(m, "id", None), str)]
+        found = retrying(ask)
+        if not isinstance(found, list):
+            raise ValueError("not a list of models")
+    results = [RepoResult(m["id"], _count(m.get("downloads")), _count(m.get("likes")), gated=bool(m.get("gated")))
+               for m in found[:limit] if isinstance(m, dict) and isinstance(m.get("id"), str) and "/" in m["id"]]
     if not results or with_files <= 0:
         return results
     head = results[:with_files]
     with ThreadPoolExecutor(max_workers=4) as pool:
         listed = list(pool.map(_files_or_none, [r.repo for r in head]))
     return [listed[i] or r for i, r in enumerate(head)] + results[with_files:]
+
+
+def _count(value) -> int:
+    return value if type(value) is int and value >= 0 else 0
 
 
 def _files_or_none(repo: str) -> RepoResult | None:

@@ -80,6 +80,13 @@ def unique_existing(locations: list[Location]) -> list[Location]:
     return kept
 
 
+def hub_cache_folder(environ: Mapping[str, str] | None = None, home: Path | None = None) -> Path:
+    """The Hugging Face hub cache as huggingface_hub finds it (whether it exists or not)."""
+    env = os.environ if environ is None else environ
+    home = Path.home() if home is None else home
+    return _hub_cache(env, Path(env["XDG_CACHE_HOME"]) if env.get("XDG_CACHE_HOME") else home / ".cache")
+
+
 def _hub_cache(env: Mapping[str, str], xdg_cache: Path) -> Path:
     # huggingface_hub's own order: HF_HUB_CACHE, then HF_HOME/hub, then ~/.cache/huggingface/hub.
     if env.get("HF_HUB_CACHE"):
@@ -209,6 +216,21 @@ def _hub(root: Path) -> Iterator[Found]:
         for snapshot in _newest_first(repo / "snapshots"):
             for path in gguf_files(snapshot, max_depth=3):
                 yield Found(path, f"{repo_id}/{path.relative_to(snapshot).as_posix()}", HUGGING_FACE)
+
+
+def hub_file(name: str, environ: Mapping[str, str] | None = None, home: Path | None = None) -> Path | None:
+    """The Hub cache's file the library calls ``name`` ("org/repo/file.gguf", or
+    "hf://org/repo/file.gguf"), newest revision first; None when it is not there."""
+    name = name.removeprefix("hf://")
+    parts = name.split("/")
+    if len(parts) < 3 or any(p in ("", ".", "..") for p in parts) or "--" in parts[0] + parts[1]:
+        return None
+    repo = hub_cache_folder(environ, home) / f"models--{parts[0]}--{parts[1]}"
+    for snapshot in _newest_first(repo / "snapshots"):
+        path = snapshot.joinpath(*parts[2:])
+        if path.is_file():
+            return path
+    return None
 
 
 def _newest_first(folder: Path) -> list[Path]:

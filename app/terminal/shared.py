@@ -164,14 +164,35 @@ def model_spec(args: argparse.Namespace):
     """The models the command line asks for (the demo pair without a target)."""
     from app.session.config import ModelSpec
 
-    return ModelSpec(target_path=str(args.target) if args.target else "",
-                     draft_path=str(args.draft) if args.draft else "", drafter=DrafterKind(args.drafter),
+    return ModelSpec(target_path=named_model(args.target), draft_path=named_model(args.draft),
+                     drafter=DrafterKind(args.drafter),
                      n_ctx=args.n_ctx,
                      target_gpu_layers=args.gpu_layers, draft_gpu_layers=draft_gpu_layers(args),
                      n_threads=args.threads, flash_attention=args.flash_attn, chat_format=chat_format(args),
                      rpc_workers=tuple(getattr(args, "rpc", ())),
                      tensor_split=tuple(getattr(args, "tensor_split", ())),
                      through_text=getattr(args, "through_text", "auto"))
+
+
+def named_model(path: Path | None) -> str:
+    """A model argument as a path: a file that exists as it is, else a model the library
+    names from the Hugging Face cache ("org/repo/file.gguf", what 'tandem pull' prints);
+    anything else as it is, for the loader to refuse in one line."""
+    if not path:
+        return ""
+    text = str(path)
+    if text.startswith("hf:/") and not text.startswith("hf://"):
+        text = "hf://" + text[len("hf:/"):]  # Path() folds the double slash
+    if os.path.exists(path):
+        return text
+    from app.library.locations import hub_file
+
+    found = hub_file(text)
+    if found is not None:
+        return str(found)
+    if text.startswith("hf://"):
+        raise UsageError(f"{text} is not downloaded; 'tandem pull {text}' fetches it")
+    return text
 
 
 def chat_format(args: argparse.Namespace) -> str:
@@ -183,7 +204,7 @@ def chat_format(args: argparse.Namespace) -> str:
 
         # realpath, not Path.resolve: a symlink loop must reach the loader, which says so in
         # one line (resolve raises RuntimeError on it before Python 3.13).
-        return remembered_chat_format(os.path.realpath(Path(args.target).expanduser()) if args.target else "")
+        return remembered_chat_format(os.path.realpath(Path(named_model(args.target)).expanduser()) if args.target else "")
     if chosen == "file":
         return ""
     from app.backends.llama.builtin_chat_formats import chat_format_names

@@ -1,0 +1,205 @@
+"""``tandem search TEXT`` and ``tandem pull REPO[:QUANT]``: models from the Hugging Face Hub.
+
+``search`` lists Tandem's picks that match, then the Hub's GGUF repositories with their
+files, quantisations and sizes. ``pull`` plans before it downloads: the quantisation
+that fits this machine (or the one named), a draft of the same tokenizer (or the one
+named), both judged from their headers (a few MB each), then downloads them into the
+Hugging Face cache, resumed where an earlier pull stopped and verified against the
+Hub's sha256. Neither loads llama.cpp. ``HF_ENDPOINT`` names another Hub (a mirror).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+
+from app.cli.fit_command import _size
+from app.terminal.arg_types import setting_value, whole
+
+
+def add_parsers(subcommands) -> None:
+    search = subcommands.add_parser(
+        "search", help="search the Hugging Face Hub for GGUF models (Tandem's picks first)",
+        description="Search the Hugging Face Hub for GGUF repositories whose names hold TEXT, most downloaded first, "
+                    "each with its files' quantisations and sizes. Tandem's picks (target + draft pairs for common "
+                    "GPU sizes) that match come first.")
+    search.add_argument("text", metavar="TEXT", help="what the repository's name holds ('' : Tandem's picks only)")
+    search.add_argument("--limit", type=whole(1, 100), default=20, metavar="N", help="repositories listed (default: 20)")
+    search.add_argument("--json", action="store_true", help="one JSON object: picks and repositories")
+
+    pull = subcommands.add_parser(
+        "pull", help="download a model (and a draft for it) from the Hugging Face Hub, planned to fit first",
+        description="Download a GGUF model into the Hugging Face cache, where the library finds it. REPO alone: the "
+                    "largest quantisation that fits this machine; REPO:QUANT: that one; hf://REPO/FILE.gguf: that "
+                    "file. A draft of the same tokenizer is found on the Hub unless --draft names one or --no-draft. "
+                    "An interrupted pull resumes; every file is checked against the Hub's sha256.")
+    pull.add_argument("model", metavar="REPO[:QUANT]|hf://REPO/FILE", help="the target")
+    pull.add_argument("--draft", metavar="REPO[:QUANT]|hf://REPO/FILE", help="the draft (default: found on the Hub)")
+    pull.add_argument("--no-draft", action="store_true", help="download the target alone")
+    pull.add_argument("--ctx", "--n-ctx", "-c", dest="n_ctx", type=setting_value("n_ctx"), metavar="N", default=4096,
+                      help="context size the plan is made for (default: 4096, as every front end)")
+    pull.add_argument("--gpu-memory", type=_size, metavar="SIZE",
+                      help="plan for a GPU with this much free memory (e.g. 8GiB; 0: none) instead of NVML's")
+    pull.add_argument("--plan-only", action="store_true", help="say what would be downloaded, download nothing")
+    pull.add_argument("--json", action="store_true", help="one JSON object: the plan and the files")
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from app.hub.picks import picks_for
+    from app.hub.search import search
+
+    picks = picks_for(args.text)
+    results = search(args.text, limit=args.limit) if args.text.strip() else []
+    if args.json:
+        print(json.dumps({
+            "picks": [{"name": p.name, "gpu_gb": p.gpu_gb, "target": str(p.target),
+                       "draft": str(p.draft) if p.draft else None, "note": p.note} for p in picks],
+            "repositories": [{"repo": r.repo, "downloads": r.downloads, "likes": r.likes, "gated": r.gated,
+                              "files": [{"file": f.filename, "quant": f.quant, "bytes": f.size, "parts": f.parts,
+                                         "sha256": f.sha256} for f in r.files]} for r in results]}))
+        return 0
+    if picks:
+        print("Tandem's picks:")
+        for p in picks:
+            gpu = f"{p.gpu_gb:g} GB GPU" if p.gpu_gb else "CPU"
+            print(f"  {p.name:<32} {gpu:>10}  tandem pull {_spelled(p.target)}"
+                  + (f" --draft {_spelled(p.draft)}" if p.draft else ""))
+    if not results:
+        if args.text.strip():
+            print(f"No GGUF repository on the Hub matches {args.text!r}.")
+        return 0
+    print("On the Hub (most downloaded first):")
+    for r in results:
+        print(f"  {r.repo}  ({r.downloads:,} downloads{', gated' if r.gated else ''})")
+        for f in r.files:
+            parts = f" in {f.parts} parts" if f.parts > 1 else ""
+            print(f"      {f.quant or '?':<10} {_gb(f.size):>9}{parts}  {f.filename}")
+    return 0
+
+
+def _spelled(file) -> str:
+    return f"hf://{file.repo}/{file.filename}" if file.revision is None else str(file)
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    from app.hub.download import DownloadCancelled, hub_cache, pull
+    from app.hub.planning import find_draft
+    from app.session.fit import describe, plan_files, read_machine, refusal
+    from app.terminal.shared import TerminalProgress
+
+    machine = read_machine(args.gpu_memory, build_has_gpu=False)
+
+    def fits(target_remote, draft_remote=None):
+        return plan_files(target_remote.model, draft_remote.model if draft_remote else None, n_ctx=args.n_ctx,
+                          machine=machine)
+
+    target = _resolve(args.model, fits)
+    draft = None
+    note = ""
+    if args.draft:
+        draft = _resolve(args.draft, None)
+    elif not args.no_draft:
+        match = find_draft(target)
+        note = match.note
+        draft = match.remote
+    plan = fits(target, draft)
+    verdict = None
+    if draft is not None:
+        from app.engine.gguf.meta import pair_verdict
+
+        verdict = pair_verdict(target.model.metadata, draft.model.metadata)
+    size = target.size + (draft.size if draft else 0)
+    free = _free_disk()
+    lines = [f"target: {target.file} ({_gb(target.size)})"]
+    if draft is not None:
+        lines.append(f"draft:  {draft.file} ({_gb(draft.size)})"
+                     + (f"; {verdict.reason}" if verdict is not None and not verdict.ok else ""))
+    elif note:
+        lines.append(f"draft:  none ({note})")
+    lines.append(("Fits: " + describe(plan)) if plan.fits else ("Does not fit: " + refusal(plan, args.n_ctx)))
+    lines.append(f"Download: {_gb(size)}; free disk in {hub_cache()}: {_gb(free)}")
+    if args.json and args.plan_only:
+        print(json.dumps(_as_json(target, draft, plan, verdict, size, free, note)))
+        return 0 if plan.fits else 1
+    if not args.json:
+        print("\n".join(lines))
+    if args.plan_only:
+        return 0 if plan.fits else 1
+    progress = TerminalProgress(sys.stderr)
+    paths = []
+    try:
+        for remote in (target, draft):
+            if remote is None:
+                continue
+            pulled = pull(remote.file, lambda what, done, total: progress(what, done, total))
+            progress.done()
+            paths.append(pulled)
+    except KeyboardInterrupt:
+        progress.done()
+        print("tandem: download stopped; 'tandem pull' again resumes it", file=sys.stderr)
+        return 130
+    except DownloadCancelled:
+        progress.done()
+        raise
+    names = [f"{p.file.repo}/{p.file.filename}" for p in paths]
+    if args.json:
+        out = _as_json(target, draft, plan, verdict, size, free, note)
+        out["downloaded"] = [{"name": n, "path": str(p.path), "bytes": p.size, "downloaded": p.downloaded,
+                              "resumed": p.resumed, "verified": p.verified} for n, p in zip(names, paths)]
+        print(json.dumps(out))
+        return 0
+    for n, p in zip(names, paths):
+        how = "verified against the Hub's sha256" if p.verified else "size checked (the Hub gave no sha256)"
+        state = "already here" if p.downloaded == 0 and p.resumed == 0 else (
+            f"resumed at {_gb(p.resumed)}" if p.resumed else "downloaded")
+        print(f"{n}: {state}, {how}")
+    command = f"tandem chat --target {names[0]}" + (f" --draft {names[1]}" if len(names) > 1 else "")
+    print(f"Chat with it: {command}")
+    return 0
+
+
+def _resolve(text: str, fits):
+    """A RemoteModel for ``text``: hf://REPO/FILE, or REPO[:QUANT] (the best that fits,
+    or a draft's usual file when ``fits`` is None)."""
+    from app.hub.files import is_hub_name, parse_file, parse_repo
+    from app.hub.planning import _draft_file, repo_choice
+    from app.hub.remote_header import read_remote_model
+    from app.hub.search import repo_files
+
+    if is_hub_name(text):
+        return read_remote_model(parse_file(text))
+    asked = parse_repo(text)
+    if fits is not None or asked.quant:
+        return repo_choice(asked, fits or (lambda remote: None)).remote
+    from app.hub.connection import HubError
+    from app.hub.files import HubFile
+
+    listed = repo_files(asked.repo, asked.revision)
+    chosen = _draft_file(listed)
+    if chosen is None:
+        raise HubError(f"{asked.repo} has no GGUF model files")
+    return read_remote_model(HubFile(asked.repo, chosen.filename, asked.revision or listed.revision))
+
+
+def _free_disk() -> int:
+    from app.hub.download import hub_cache
+
+    folder = hub_cache()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return shutil.disk_usage(folder).free
+
+
+def _as_json(target, draft, plan, verdict, size, free, note) -> dict:
+    return {"target": {"file": str(target.file), "bytes": target.size, "header_bytes": target.header_bytes},
+            "draft": ({"file": str(draft.file), "bytes": draft.size, "header_bytes": draft.header_bytes}
+                      if draft is not None else None),
+            "compatible": None if verdict is None else verdict.ok, "draft_note": note,
+            "fits": plan.fits, "gpu_bytes": plan.gpu_bytes, "ram_bytes": plan.ram_bytes,
+            "download_bytes": size, "free_disk_bytes": free}
