@@ -234,7 +234,10 @@ def _fetch(file: HubFile, partial: Path, hasher, kept: int, size: int, report: P
     try:
         with hub_errors(f"{file}"):
             retrying(attempt, sleep=sleep, stop=lambda: state["cancelled"])
-    except HubError:
+    except HubError as exc:
+        if state["have"] > kept and state["have"] < size:  # what came is kept: say so
+            raise HubError(f"{exc}; the download stopped at {_gb(state['have'])} of {_gb(size)} and is kept: "
+                           "'tandem pull' or Download again resumes it") from None
         raise
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
