@@ -107,12 +107,13 @@ def _model(opened):
 def _remote_lines(target, draft, remote) -> dict:
     """What a plan of Hub files adds: the download against the free disk, the header
     bytes read, and the pair check (from the two headers)."""
-    from app.cli.hub_command import _free_disk, _gb
     from app.engine.gguf.meta import pair_verdict
     from app.engine.gguf.model_file import open_model_file
+    from app.hub.download import free_disk
+    from app.session.model_downloads import gb as _gb
 
     size = sum(m.size for m in remote)
-    free = _free_disk()
+    free = free_disk()
     lines = [f"Download: {_gb(size)} ({_gb(sum(m.header_bytes for m in remote))} of headers read); "
              f"free disk for the Hugging Face cache: {_gb(free)}"
              + ("" if size <= free else " - not enough")]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 
 from app.cli.fit_command import _size
@@ -88,49 +87,34 @@ def _gb(n: int) -> str:
 
 
 def cmd_pull(args: argparse.Namespace) -> int:
-    from app.hub.download import DownloadCancelled, hub_cache, pull
+    from app.hub.download import DownloadCancelled, pull
     from app.hub.planning import find_draft
-    from app.session.fit import describe, plan_files, read_machine, refusal
+    from app.session.fit import read_machine
+    from app.session.model_downloads import plan_pull
     from app.terminal.shared import TerminalProgress
 
     machine = read_machine(args.gpu_memory, build_has_gpu=False)
 
-    def fits(target_remote, draft_remote=None):
-        return plan_files(target_remote.model, draft_remote.model if draft_remote else None, n_ctx=args.n_ctx,
-                          machine=machine)
+    def fits(remote):
+        return plan_pull(remote, None, n_ctx=args.n_ctx, machine=machine).plan
 
     target = _resolve(args.model, fits)
     draft = None
-    note = ""
+    note = "--no-draft"
     if args.draft:
         draft = _resolve(args.draft, None)
+        note = ""
     elif not args.no_draft:
         match = find_draft(target)
-        note = match.note
-        draft = match.remote
-    plan = fits(target, draft)
-    verdict = None
-    if draft is not None:
-        from app.engine.gguf.meta import pair_verdict
-
-        verdict = pair_verdict(target.model.metadata, draft.model.metadata)
-    size = target.size + (draft.size if draft else 0)
-    free = _free_disk()
-    lines = [f"target: {target.file} ({_gb(target.size)})"]
-    if draft is not None:
-        lines.append(f"draft:  {draft.file} ({_gb(draft.size)})"
-                     + (f"; {verdict.reason}" if verdict is not None and not verdict.ok else ""))
-    elif note:
-        lines.append(f"draft:  none ({note})")
-    lines.append(("Fits: " + describe(plan)) if plan.fits else ("Does not fit: " + refusal(plan, args.n_ctx)))
-    lines.append(f"Download: {_gb(size)}; free disk in {hub_cache()}: {_gb(free)}")
+        note, draft = match.note, match.remote
+    planned = plan_pull(target, draft, n_ctx=args.n_ctx, machine=machine, draft_note=note)
     if args.json and args.plan_only:
-        print(json.dumps(_as_json(target, draft, plan, verdict, size, free, note)))
-        return 0 if plan.fits else 1
+        print(json.dumps(_as_json(planned)))
+        return 0 if planned.plan.fits else 1
     if not args.json:
-        print("\n".join(lines))
+        print("\n".join(planned.lines(args.n_ctx)))
     if args.plan_only:
-        return 0 if plan.fits else 1
+        return 0 if planned.plan.fits else 1
     progress = TerminalProgress(sys.stderr)
     paths = []
     try:
@@ -149,7 +133,7 @@ def cmd_pull(args: argparse.Namespace) -> int:
         raise
     names = [f"{p.file.repo}/{p.file.filename}" for p in paths]
     if args.json:
-        out = _as_json(target, draft, plan, verdict, size, free, note)
+        out = _as_json(planned)
         out["downloaded"] = [{"name": n, "path": str(p.path), "bytes": p.size, "downloaded": p.downloaded,
                               "resumed": p.resumed, "verified": p.verified} for n, p in zip(names, paths)]
         print(json.dumps(out))
@@ -187,19 +171,11 @@ def _resolve(text: str, fits):
     return read_remote_model(HubFile(asked.repo, chosen.filename, asked.revision or listed.revision))
 
 
-def _free_disk() -> int:
-    from app.hub.download import hub_cache
-
-    folder = hub_cache()
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    return shutil.disk_usage(folder).free
-
-
-def _as_json(target, draft, plan, verdict, size, free, note) -> dict:
+def _as_json(planned) -> dict:
+    target, draft, plan = planned.target, planned.draft, planned.plan
     return {"target": {"file": str(target.file), "bytes": target.size, "header_bytes": target.header_bytes},
             "draft": ({"file": str(draft.file), "bytes": draft.size, "header_bytes": draft.header_bytes}
                       if draft is not None else None),
-            "compatible": None if verdict is None else verdict.ok, "draft_note": note,
+            "compatible": None if planned.verdict is None else planned.verdict.ok, "draft_note": planned.draft_note,
             "fits": plan.fits, "gpu_bytes": plan.gpu_bytes, "ram_bytes": plan.ram_bytes,
-            "download_bytes": size, "free_disk_bytes": free}
+            "download_bytes": planned.download, "free_disk_bytes": planned.free}

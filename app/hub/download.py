@@ -64,6 +64,14 @@ def hub_cache() -> Path:
     return hub_cache_folder()
 
 
+def free_disk() -> int:
+    """Bytes free where the Hub cache is (or would be made)."""
+    folder = hub_cache()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return shutil.disk_usage(folder).free
+
+
 def repo_folder(repo: str) -> Path:
     return hub_cache() / ("models--" + repo.replace("/", "--"))
 

@@ -6,7 +6,8 @@ on a GPU wholly on it where any does; float files only where the repository has
 nothing else. Each candidate costs a header read (``remote_header``), largest first,
 at most ``HEADERS_MOST`` of them.
 
-The draft: candidates are Tandem's picks and the Hub's GGUF repositories of the
+The draft: candidates are Tandem's picks, the target's own repository's small
+quantisations (the same model, quantised harder), and the Hub's GGUF repositories of the
 target's family (its ``general.basename``, else its repository's name without the
 size), smallest first; the first whose header passes the pair check token for token
 (``pair_verdict``) is the draft. A target with its own MTP head needs none.
@@ -129,6 +130,14 @@ def _candidates(target: RemoteModel) -> list[HubFile]:
             found.append(pick.draft)
     family = family_of(target)
     sized: list[tuple[int, HubFile]] = []
+    try:  # the target's own repository: a small quantisation of the same model drafts too
+        own = repo_files(target.file.repo, target.file.revision)
+        small = _draft_file(RepoResult(own.repo, files=tuple(f for f in own.files
+                                                               if f.size <= target.size * DRAFT_SHARE)))
+        if small is not None:
+            sized.append((small.size, HubFile(own.repo, small.filename, target.file.revision)))
+    except Exception:  # a listing that fails leaves the search
+        pass
     for result in search(family, limit=DRAFT_CANDIDATES * 2, with_files=DRAFT_CANDIDATES * 2):
         if result.repo == target.file.repo or not result.files:
             continue

@@ -3,6 +3,7 @@ and models you already have), each its own controller, installed in one place so
 window's own assembly only creates and places them:
 
 - ``LibraryController``: File → Model library…, File → Recent pairs;
+- ``HubController``: File → Get models… (the Hugging Face Hub);
 - ``BranchController``: Edit on user messages, ‹ 2/3 › on versions (with a history);
 - ``PresetController``: the per-chat system-prompt chooser in the toolbar;
 - ``FirstRunController``: the first-run screen in place of the chat on a first start.
@@ -16,6 +17,7 @@ from PySide6.QtWidgets import QBoxLayout, QToolBar
 
 from app.window.branch_controller import BranchController
 from app.window.first_run_controller import FirstRunController
+from app.window.hub_controller import HubController
 from app.window.library_controller import LibraryController
 from app.window.preset_controller import PresetController
 
@@ -23,16 +25,18 @@ from app.window.preset_controller import PresetController
 @dataclass
 class Steering:
     library: LibraryController
+    hub: HubController
     presets: PresetController
     first_run: FirstRunController
     branches: BranchController | None  # only with a history to keep the versions in
 
     @property
     def file_actions(self) -> tuple:
-        return self.library.actions
+        return (*self.library.actions, *self.hub.actions)
 
     def shutdown(self) -> None:
         self.library.shutdown()
+        self.hub.shutdown()
 
 
 def install_steering(window, column: QBoxLayout, toolbar: QToolBar) -> Steering:
@@ -42,6 +46,8 @@ def install_steering(window, column: QBoxLayout, toolbar: QToolBar) -> Steering:
     say = window.statusBar().showMessage
     library = LibraryController(window.client, settings=lambda: window.settings, apply=window.apply_settings,
                                 check_speculation=window.help.check_speculation, say=say, dialog_parent=window)
+    hub = HubController(settings=lambda: window.settings, apply=window.apply_settings, use_pair=library.use_pair,
+                        say=say, dialog_parent=window)
     presets = PresetController(window.chat, window.history, settings=lambda: window.settings,
                                apply=window.apply_settings, dialog_parent=window)
     toolbar.addSeparator()
@@ -55,4 +61,4 @@ def install_steering(window, column: QBoxLayout, toolbar: QToolBar) -> Steering:
                                    apply=window.apply_settings, load=lambda: window.models.load(force=True),
                                    open_library=lambda target: library.open(target), parent=window,
                                    check_speculation=window.help.check_speculation)
-    return Steering(library, presets, first_run, branches)
+    return Steering(library, hub, presets, first_run, branches)
