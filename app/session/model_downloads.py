@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from app.engine.gguf.memory_plan import AUTO, GpuLayers, PairPlan
 from app.engine.gguf.meta import Compatibility, pair_verdict
 from app.hub.download import DISK_MARGIN, free_disk, hub_cache
-from app.hub.files import HubFile
+from app.hub.files import HubFile, HubRepo
 from app.hub.remote_header import RemoteModel
 from app.session.fit import Machine, describe, plan_files, read_machine, refusal
 
@@ -83,3 +83,16 @@ def plan_choice(target: HubFile, draft: HubFile | None, *, find: bool, n_ctx: in
         note = "none asked for"
     return plan_pull(target_remote, draft_remote, n_ctx=n_ctx, target_gpu_layers=target_gpu_layers,
                      draft_gpu_layers=draft_gpu_layers, flash_attention=flash_attention, draft_note=note)
+
+
+def plan_repo(asked: HubRepo, *, n_ctx: int, target_gpu_layers: GpuLayers = AUTO,
+              draft_gpu_layers: GpuLayers = AUTO, flash_attention: str = "auto") -> PullPlan:
+    """A repository's best quantisation for this machine (``app.hub.planning``), with a
+    draft found on the Hub."""
+    from app.hub.planning import repo_choice
+
+    machine = read_machine()
+    options = dict(n_ctx=n_ctx, target_gpu_layers=target_gpu_layers, draft_gpu_layers=draft_gpu_layers,
+                   flash_attention=flash_attention)
+    choice = repo_choice(asked, lambda remote: plan_pull(remote, None, machine=machine, **options).plan)
+    return plan_choice(choice.file, None, find=True, **options)

@@ -34,6 +34,7 @@ class Listed:
 class ListedRepo:
     name: str
     note: str
+    choice: object   # chosen as a whole: its best quantisation for this machine
     files: tuple[Listed, ...]
 
 
@@ -135,7 +136,8 @@ class GetModelsDialog(QDialog):
             group.setExpanded(True)
         for repo in repos:
             item = QTreeWidgetItem([repo.name, "", "", repo.note])
-            item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsSelectable)
+            item.setData(0, _CHOICE_ROLE, repo.choice)
+            item.setToolTip(0, "Choose the repository for the best quantisation that fits this computer")
             self.results.addTopLevelItem(item)
             for listed in repo.files:
                 item.addChild(self._item(listed))
@@ -153,7 +155,7 @@ class GetModelsDialog(QDialog):
         self.status.setText(text)
 
     def show_planning(self, text: str) -> None:
-        self.plan.setText(f"Reading {text}'s header from the Hub…")
+        self.plan.setText(f"Reading the header of {text} from the Hub…")
         self.download_button.setEnabled(False)
 
     def show_plan(self, text: str, can_download: bool, already_here: bool = False) -> None:

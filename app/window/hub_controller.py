@@ -20,7 +20,7 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QWidget
 
 from app.errors import TandemError, one_line
-from app.hub.files import HubFile
+from app.hub.files import HubFile, HubRepo
 from app.hub.picks import Pick
 from app.storage.settings import Settings
 from app.ui.hub_dialog import GetModelsDialog, Listed, ListedRepo
@@ -157,6 +157,7 @@ class HubController(QObject):
             return
         picks, results = answer
         repos = [ListedRepo(r.repo, f"{r.downloads:,} downloads" + (", gated" if r.gated else ""),
+                            HubRepo(r.repo, "", r.revision),
                             tuple(Listed(f.filename, f.quant, _gb(f.size) if f.size else "",
                                          f"{f.parts} parts" if f.parts > 1 else "",
                                          HubFile(r.repo, f.filename, r.revision)) for f in r.files))
@@ -169,9 +170,10 @@ class HubController(QObject):
     def plan(self, choice) -> None:
         if self.dialog is None or self._download is not None:
             return
-        target = choice.target if isinstance(choice, Pick) else choice
+        shown = (choice.target.filename if isinstance(choice, Pick) else
+                 f"{choice.repo}'s quantisations" if isinstance(choice, HubRepo) else choice.filename)
         self.planned = None
-        self.dialog.show_planning(target.filename)
+        self.dialog.show_planning(shown)
         settings = self._settings()
 
         def work(job: _Job) -> _Planned:
@@ -276,12 +278,15 @@ def _plan(choice, settings: Settings) -> _Planned:
     """Both headers read, the pair judged and planned at the settings' context and GPU
     layers, the download set against the free disk (runs off the UI thread)."""
     from app.library.locations import hub_file
-    from app.session.model_downloads import plan_choice
+    from app.session.model_downloads import plan_choice, plan_repo
 
-    target, draft = (choice.target, choice.draft) if isinstance(choice, Pick) else (choice, None)
-    pulled = plan_choice(target, draft, find=not isinstance(choice, Pick), n_ctx=settings.n_ctx,
-                         target_gpu_layers=settings.target_gpu_layers, draft_gpu_layers=settings.draft_gpu_layers,
-                         flash_attention=settings.flash_attention)
+    options = dict(n_ctx=settings.n_ctx, target_gpu_layers=settings.target_gpu_layers,
+                   draft_gpu_layers=settings.draft_gpu_layers, flash_attention=settings.flash_attention)
+    if isinstance(choice, HubRepo):  # a repository: its best quantisation for this machine
+        pulled = plan_repo(choice, **options)
+    else:
+        target, draft = (choice.target, choice.draft) if isinstance(choice, Pick) else (choice, None)
+        pulled = plan_choice(target, draft, find=not isinstance(choice, Pick), **options)
     here_target = hub_file(f"{pulled.target.file.repo}/{pulled.target.file.filename}")
     here_draft = (hub_file(f"{pulled.draft.file.repo}/{pulled.draft.file.filename}")
                   if pulled.draft is not None else None)

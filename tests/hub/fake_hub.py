@@ -67,6 +67,7 @@ class FakeHub:
         self.token_leaks: list[str] = []   # CDN requests that carried Authorization
         self.requests: list[str] = []
         self.api_statuses: list[int] = []  # answered (then removed) by the next API requests
+        self.authorized: list[str] = []    # Hub requests (not the CDN's) that carried a token
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -145,6 +146,8 @@ class _Handler(BaseHTTPRequestHandler):
         hub.requests.append(f"{self.command} {self.path}")
         if path.startswith("/cdn/"):
             return self._cdn(path[len("/cdn/"):])
+        if self.headers.get("Authorization", "").startswith("Bearer "):
+            hub.authorized.append(path)
         if path.startswith("/api/") and hub.api_statuses:
             status = hub.api_statuses.pop(0)
             return self._json(status, {"error": f"HTTP {status}"})
@@ -176,6 +179,8 @@ class _Handler(BaseHTTPRequestHandler):
         spec = hub.repos.get(repo)
         if spec is None:
             return self._error(401, "RepoNotFound", "Repository not found")
+        if spec.gated and not self.headers.get("Authorization"):
+            return self._error(401, "GatedRepo", "Access to this model is restricted")
         if len(parts) > 2 and (parts[2] != "revision" or parts[3] not in ("main", spec.sha)):
             return self._error(404, "RevisionNotFound", "Revision not found")
         blobs = (query.get("blobs") or [""])[0].lower() == "true"
@@ -195,6 +200,8 @@ class _Handler(BaseHTTPRequestHandler):
         spec = hub.repos.get(repo)
         if spec is None:
             return self._error(401, "RepoNotFound", "Repository not found")
+        if spec.gated and not self.headers.get("Authorization"):
+            return self._error(401, "GatedRepo", "Access to this model is restricted")
         if revision not in ("main", spec.sha):
             return self._error(404, "RevisionNotFound", "Revision not found")
         f = spec.files.get(name)

@@ -39,7 +39,7 @@ def test_a_pull_lands_in_the_hub_cache_verified(hub, demo_models):
     assert (repo_folder(DEMO_REPO) / "refs" / "main").read_text() == hub.repos[DEMO_REPO].sha
     from huggingface_hub import try_to_load_from_cache
 
-    assert try_to_load_from_cache(DEMO_REPO, DRAFT) == str(snapshot)
+    assert try_to_load_from_cache(DEMO_REPO, DRAFT, cache_dir=download.hub_cache()) == str(snapshot)
     again = pull(HubFile(DEMO_REPO, DRAFT))
     assert (again.path, again.downloaded) == (pulled.path, 0)
     assert not _partials()
@@ -168,3 +168,24 @@ def test_the_library_sees_a_pulled_pair_and_pairs_them(hub, tmp_path):
     target, draft = names[f"{DEMO_REPO}/{TARGET}"], names[f"{DEMO_REPO}/{DRAFT}"]
     candidates = find_drafts(target, result.usable)
     assert any(c.entry.name == draft.name and c.compatible for c in candidates)
+
+
+def test_a_busy_file_server_is_retried_with_backoff(hub, demo_models, monkeypatch):
+    waits = []
+    spec = hub.file(DEMO_REPO, DRAFT)
+    spec.statuses = [500, 502, 429]
+    pulled = pull(HubFile(DEMO_REPO, DRAFT), sleep=waits.append)
+    assert pulled.verified and spec.gets == 4
+    assert waits == [0.0, 0.0, 0.0]  # BACKOFF_S is 0 here; the real one doubles from 0.5 s
+
+
+def test_a_gated_repository_needs_the_token_and_says_so(hub, monkeypatch, demo_models):
+    hub.add("org/Gated-GGUF", {}, gated=True)
+    hub.add_file("org/Gated-GGUF", "m-Q4_1.gguf", demo_models.draft)
+    pulled = pull(HubFile("org/Gated-GGUF", "m-Q4_1.gguf"))  # HF_TOKEN is set
+    assert pulled.verified and "/org/Gated-GGUF/resolve/main/m-Q4_1.gguf" in hub.authorized
+    monkeypatch.delenv("HF_TOKEN")
+    monkeypatch.setenv("HF_TOKEN_PATH", str(repo_folder("x").parent / "no-token"))
+    with pytest.raises(HubError, match="gated") as err:
+        pull(HubFile("org/Gated-GGUF", "m-Q4_1.gguf"))
+    assert "\n" not in str(err.value) and "HF_TOKEN" in str(err.value)

@@ -17,8 +17,8 @@ from hub.conftest import DEMO_REPO, DRAFT, TARGET
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def tandem(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+def tandem(*args: str, timeout: float = 300, **env_changes: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **env_changes)
     return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True,
                           timeout=timeout, env=env, cwd=ROOT)
 
@@ -50,8 +50,9 @@ def test_fit_plans_hub_files_as_it_plans_the_downloaded_ones(hub, demo_models):
     assert "Download: 0.64 GB" in text and "Pair: " in text
 
 
-def test_pull_downloads_a_verified_pair_that_loads_by_name(hub):
-    result = tandem("pull", f"{DEMO_REPO}:F32", "--draft", f"{DEMO_REPO}:Q4_1")
+def test_pull_downloads_a_verified_pair_that_loads_by_name(hub, tmp_path):
+    home = tmp_path / "tandem-home"
+    result = tandem("-v", "pull", f"{DEMO_REPO}:F32", "--draft", f"{DEMO_REPO}:Q4_1", TANDEM_HOME=str(home))
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("verified against the Hub's sha256") == 2
     command = result.stdout.strip().splitlines()[-1]
@@ -64,6 +65,11 @@ def test_pull_downloads_a_verified_pair_that_loads_by_name(hub):
     assert any(t["kind"] in ("accepted", "bonus") for t in reply["tokens"])  # the pulled draft drafted
     again = tandem("pull", f"{DEMO_REPO}:Q4_1", "--no-draft")
     assert "already here" in again.stdout
+    # The token went to the Hub, and nowhere Tandem writes.
+    assert hub.authorized
+    token = os.environ["HF_TOKEN"].encode()
+    written = [p for p in home.rglob("*") if p.is_file()]
+    assert written and not [p for p in written if token in p.read_bytes()]
 
 
 def test_pull_plans_the_quantisation_that_fits(hub):

@@ -34,6 +34,13 @@ def test_search_plan_download_cancel_resume_and_load(make_window, qtbot, demo_mo
     qtbot.waitUntil(lambda: _file_item(dialog, TARGET) is not None, timeout=TIMEOUT_MS)
     assert "Q4_1" in [_file_item(dialog, DRAFT).text(1)]
 
+    # A repository chosen whole: its best quantisation for this machine (the F32 is a float).
+    repo_item = next(dialog.results.topLevelItem(i) for i in range(dialog.results.topLevelItemCount())
+                     if dialog.results.topLevelItem(i).text(0) == DEMO_REPO)
+    dialog.results.setCurrentItem(repo_item)
+    qtbot.waitUntil(lambda: dialog.download_button.isEnabled(), timeout=TIMEOUT_MS)
+    assert f"Target: {DEMO_REPO}/{DRAFT}" in dialog.plan.text()
+
     dialog.results.setCurrentItem(_file_item(dialog, TARGET))
     qtbot.waitUntil(lambda: dialog.download_button.isEnabled(), timeout=TIMEOUT_MS)
     plan = dialog.plan.text()
