@@ -104,3 +104,19 @@ def test_offline_mode_is_one_line(hub, monkeypatch):
     result = tandem("search", "smollm")
     assert result.returncode == 1 and "HF_HUB_OFFLINE" in result.stderr
     assert hub.requests == []
+
+
+def test_the_real_hub_out_of_reach_is_one_line(monkeypatch):
+    """The real endpoint (no HF_ENDPOINT) behind a proxy that refuses: what a machine
+    without the internet sees, whatever this one has."""
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    for args in (["search", "qwen"], ["pull", "Qwen/Qwen2.5-0.5B-Instruct-GGUF"]):
+        result = tandem(*args, timeout=120)
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert result.returncode == 1 and len(lines) == 1, result.stderr
+        assert "cannot reach https://huggingface.co" in lines[0]

@@ -157,3 +157,45 @@ def test_a_hub_that_is_down_is_one_line(hub):
     hub.stop()
     with pytest.raises(HubUnreachable, match="cannot reach"):
         read_remote_model(HubFile(DEMO_REPO, DRAFT))
+
+
+def _split_model(folder, demo_models):
+    """A model in two parts, as gguf-split writes one: the metadata in the first."""
+    import gguf
+    import numpy as np
+    from recurrent_models import _tokenizer_fields
+
+    def write(path, tensors, *, tokenizer: bool):
+        writer = gguf.GGUFWriter(path, "llama")
+        writer.add_block_count(2)
+        writer.add_embedding_length(64)
+        if tokenizer:
+            for key, (value, vtype, sub) in _tokenizer_fields(demo_models.draft).items():
+                writer.add_key_value(key, value, vtype, *(() if sub is None else (sub,)))
+        for name, n in tensors:
+            writer.add_tensor(name, np.zeros(n, dtype=np.float32))
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        return path
+
+    return [write(folder / "m-Q8_0-00001-of-00002.gguf", [("blk.0.ffn_up.weight", 1000)], tokenizer=True),
+            write(folder / "m-Q8_0-00002-of-00002.gguf", [("blk.1.ffn_up.weight", 3000)], tokenizer=False)]
+
+
+def test_a_split_model_on_the_hub_counts_and_downloads_every_part(hub, demo_models, tmp_path):
+    from app.hub.download import pull
+    from app.session.fit import estimate_for
+
+    first, second = _split_model(tmp_path, demo_models)
+    for part in (first, second):
+        hub.add_file(DEMO_REPO, f"split/{part.name}", part)
+    remote = read_remote_model(HubFile(DEMO_REPO, f"split/{first.name}"))
+    assert remote.size == first.stat().st_size + second.stat().st_size
+    local = estimate_for(open_model_file(first), 1024, draft=False)
+    assert [layer.weights for layer in estimate_for(remote.model, 1024, draft=False).layers] == \
+        [layer.weights for layer in local.layers] == [4000, 12000]
+    pulled = pull(HubFile(DEMO_REPO, f"split/{first.name}"))
+    assert pulled.path.name == first.name and (pulled.path.parent / second.name).is_file()
+    assert pulled.size == remote.size and pulled.verified
