@@ -142,7 +142,7 @@ class GetModelsDialog(QDialog):
             for listed in repo.files:
                 item.addChild(self._item(listed))
             item.setExpanded(len(repos) <= 3)
-        self.status.setText(note or (f"{len(repos)} repositories on the Hub" if repos else ""))
+        self.status.setText(note or (f"{len(repos)} repositor{'y' if len(repos) == 1 else 'ies'} on the Hub" if repos else ""))
 
     def _item(self, listed: Listed) -> QTreeWidgetItem:
         item = QTreeWidgetItem([listed.name, listed.quant, listed.size, listed.note])
