@@ -29,11 +29,14 @@ ATTENTION_SCALE = 3.0  # queries and keys: the embedding times this (self-attent
 
 def write_eagle3_drafter(target: str | Path, path: str | Path, *, layers: Sequence[int] | None = None,
                          noise: float = 0.15, seed: int = 0, keys: dict[str, Any] | None = None,
-                         width: int | None = None) -> Path:
+                         width: int | None = None, d2t: np.ndarray | None = None,
+                         retype: dict[str, Any] | None = None) -> Path:
     """Write an EAGLE-3 drafter for the generated ``target`` to ``path``: it reads
     ``layers`` of the target (default: the first, the middle one and the last, normed
     row); ``keys`` overrides ``eagle3.*`` values (None: left out) and ``width`` its own
-    rows' width (default the target's), for hostile tests."""
+    rows' width (default the target's), for hostile tests; ``d2t``: a vocabulary map to
+    carry (as given: int64 is llama.cpp's type); ``retype`` stores tensors by name as
+    that numpy type (a drafter that lies)."""
     import gguf
 
     from app.engine.gguf.meta import read_metadata
@@ -87,8 +90,10 @@ def write_eagle3_drafter(target: str | Path, path: str | Path, *, layers: Sequen
             writer.add_key_value(f"eagle3.{key}", value, V.UINT32)
     for key, (value, vtype, sub) in _tokenizer_fields(Path(target)).items():
         writer.add_key_value(key, value, vtype, sub) if sub is not None else writer.add_key_value(key, value, vtype)
+    if d2t is not None:
+        tensors["d2t"] = d2t
     for name, data in tensors.items():
-        writer.add_tensor(name, data)
+        writer.add_tensor(name, data.astype(retype[name]) if retype and name in retype else data)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

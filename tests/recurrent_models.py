@@ -419,11 +419,12 @@ TARGET_TYPES = ("Q8_0", "F16", "F32")
 
 def write_recurrent_model(path: str | Path, arch: str, *, vocab_from: str | Path, seed: int = 0,
                           ftype: str = "Q8_0", drop: Iterable[str] = (), keys: dict[str, Any] | None = None,
-                          **shape: Any) -> Path:
+                          retype: dict[str, Any] | None = None, **shape: Any) -> Path:
     """Write a tiny random-weight GGUF of llama.cpp architecture ``arch`` to ``path``, with
     the tokenizer of ``vocab_from`` (every ``tokenizer.*`` key) and ``shape``'s sizes
     (fields of :class:`Shape`); returns the path. A malformed file for a hostile test:
-    ``drop`` leaves out tensors by name, ``keys`` sets ``{arch}.KEY`` values (None: left out)."""
+    ``drop`` leaves out tensors by name, ``keys`` sets ``{arch}.KEY`` values (None: left out),
+    ``retype`` stores tensors by name as that numpy type (int32, float64 ...: a head that lies)."""
     import gguf
 
     known = {**ARCHITECTURES, **ATTENTION_ARCHITECTURES}
@@ -456,7 +457,9 @@ def write_recurrent_model(path: str | Path, arch: str, *, vocab_from: str | Path
         ne = tuple(n_vocab if d == -1 else d for d in t.shape)
         data = _fill(rng, t, ne, s).astype(np.float32).reshape(ne[::-1])
         qtype = _encoding(t, ne, ftype)
-        if qtype == gguf.GGMLQuantizationType.F32:
+        if retype and t.name in retype:
+            writer.add_tensor(t.name, data.astype(retype[t.name]))
+        elif qtype == gguf.GGMLQuantizationType.F32:
             writer.add_tensor(t.name, data)
         elif qtype == gguf.GGMLQuantizationType.F16:
             writer.add_tensor(t.name, data.astype(np.float16))
@@ -576,9 +579,9 @@ MTP_ARCHITECTURES = ("qwen35", "glm4moe")  # a hybrid (chains only) and attentio
 
 
 def write_mtp_model(path: str | Path, arch: str, *, vocab_from: str | Path, seed: int = 0,
-                    ftype: str = "Q8_0", **shape: Any) -> Path:
+                    ftype: str = "Q8_0", retype: dict[str, Any] | None = None, **shape: Any) -> Path:
     """``write_recurrent_model`` with an MTP head that agrees part of the time (MTP_SHAPE)."""
-    return write_recurrent_model(path, arch, vocab_from=vocab_from, seed=seed, ftype=ftype,
+    return write_recurrent_model(path, arch, vocab_from=vocab_from, seed=seed, ftype=ftype, retype=retype,
                                  **{**MTP_SHAPE, **shape})
 
 

@@ -150,6 +150,8 @@ def own_head(target: ModelFile, drafter: DrafterKind, draft_named: bool) -> tupl
     ready = meta.mtp_layers > 0 and meta.mtp_problem is None
     if drafter == DrafterKind.MTP:
         return (True, "") if ready else (False, meta.mtp_problem or "the target has no MTP head")
+    if drafter == DrafterKind.MODEL and not draft_named and meta.mtp_layers > 0 and meta.mtp_problem:
+        return False, meta.mtp_problem  # the head it would have drafted with, and why it does not
     return drafter == DrafterKind.MODEL and not draft_named and ready, ""
 
 

@@ -48,7 +48,7 @@ from app.backends.llama.token_tree import leaf_sequences
 from app.backends.llama.vocabulary import VocabularyReader
 from app.engine.backend import CacheImage
 from app.engine.errors import ContextOverflowError, ModelFileError
-from app.engine.gguf.draft_heads import eagle3_problem
+from app.engine.gguf.draft_heads import eagle3_map_problem, eagle3_problem
 from app.engine.gguf.model_file import ModelFile, open_model_file
 from app.engine.gguf.header import shown_name
 from app.engine.gguf.context_shape import (BATCH, FLOAT_FILE_TYPES, RS_SNAPSHOTS, TREE_BRANCHES,
@@ -521,7 +521,8 @@ class LlamaBackend(VocabularyReader, ReadsApart):
         # Judged again here, on what llama.cpp loaded: each case below aborts inside it.
         drafter = open_model_file(path).metadata
         why = eagle3_problem(self.model_file.metadata.architecture, n_layer, n_embd, tuple(layers),
-                             drafter.eagle3_width, drafter.n_embd, drafter.eagle3_borrows)
+                             drafter.eagle3_width, drafter.n_embd, drafter.eagle3_borrows) or \
+            eagle3_map_problem(drafter.eagle3_tensors, drafter.n_vocab, self.n_vocab, drafter.eagle3_d2t_range)
         if why:
             raise BackendError(f"the EAGLE-3 drafter cannot draft for {shown_name(self.path)}: {why}")
         self._settle()

@@ -71,6 +71,7 @@ _NEXTN_TENSORS = ("nextn.eh_proj.weight", "nextn.enorm.weight", "nextn.hnorm.wei
 # trunk), whose trunk tensors are all optional: no target to draft for.
 _TRUNK_PROBE = "blk.0.attn_norm.weight"
 _NEXTN_NAME = re.compile(r"blk\.(\d+)\.nextn\.")
+_BLOCK_NAME = re.compile(r"blk\.(\d+)\.")
 
 _GATE_INP = "ffn_gate_inp.weight"
 _SHARED_EXPERT = ("ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight")
@@ -213,9 +214,57 @@ def mtp_layers(architecture: str, values: Mapping[str, Any]) -> int:
     return nextn if type(nextn) is int and nextn > 0 else 0
 
 
-def mtp_head_problem(architecture: str, values: Mapping[str, Any], tensor_names: Iterable[str]) -> str | None:
+# ggml types a head's weights may not have: llama.cpp's matrix products and norms take
+# floats and quantised blocks; an integer or F64 weight crashes the head's first graph
+# (SIGSEGV or SIGABRT, after the trial load, which builds no head, has passed).
+NOT_WEIGHT_TYPES = {24: "I8", 25: "I16", 26: "I32", 27: "I64", 28: "F64"}
+I64 = 27
+EAGLE3_MAPS = ("d2t", "t2d")  # an EAGLE-3 file's vocabulary maps: integers by design
+
+
+def weight_type_problem(names_types: Iterable[tuple[str, int]]) -> str | None:
+    """The first tensor of ``(name, ggml type)`` stored as a type no weight may have."""
+    for name, ggml_type in names_types:
+        if ggml_type in NOT_WEIGHT_TYPES:
+            return (f"{name} is stored as {NOT_WEIGHT_TYPES[ggml_type]}; llama.cpp computes with float "
+                    "or quantised weights")
+    return None
+
+
+def eagle3_map_problem(tensors: Mapping[str, tuple[int, tuple[int, ...]]], n_vocab: int, target_vocab: int,
+                       d2t_range: tuple[int, int] | None) -> str | None:
+    """What an EAGLE-3 drafter's own tensors say against running it, where llama.cpp
+    would crash: ``tensors`` is {name: (ggml type, shape)}; ``d2t_range`` the lowest and
+    highest id in its ``d2t`` map (None: not read). The map scatters the drafter's
+    logits into the target's vocabulary (eagle3.cpp asserts its type and length; a
+    row past the vocabulary is an out-of-bounds write in ggml_set_rows)."""
+    why = weight_type_problem((name, t) for name, (t, _shape) in tensors.items() if name not in EAGLE3_MAPS)
+    if why or "d2t" not in tensors:
+        return why
+    d2t_type, d2t_shape = tensors["d2t"]
+    if d2t_type != I64:
+        name = NOT_WEIGHT_TYPES.get(d2t_type) or FLOAT_NAMES.get(d2t_type, f"ggml type {d2t_type}")
+        return f"its d2t map is stored as {name}; llama.cpp takes I64"
+    length = d2t_shape[0] if d2t_shape else 0
+    output = tensors.get("output.weight")
+    rows = output[1][1] if output is not None and len(output[1]) > 1 else target_vocab  # its own, or the target's
+    if len(d2t_shape) != 1 or length != rows:
+        return f"its d2t map has {length} entries, and its output has {rows} rows"
+    if d2t_range is not None and (d2t_range[0] < 0 or d2t_range[1] >= n_vocab):
+        bad = d2t_range[0] if d2t_range[0] < 0 else d2t_range[1]
+        return f"its d2t map names token {bad}, outside the vocabulary of {n_vocab}"
+    return None
+
+
+FLOAT_NAMES = {0: "F32", 1: "F16", 30: "BF16"}
+
+
+def mtp_head_problem(architecture: str, values: Mapping[str, Any], tensor_names: Iterable[str],
+                     tensor_types: Mapping[str, int] | None = None) -> str | None:
     """None when Tandem may make an MTP context on this file without llama.cpp aborting;
-    otherwise one line saying why not (:data:`NO_MTP_HEAD` for a file without one)."""
+    otherwise one line saying why not (:data:`NO_MTP_HEAD` for a file without one).
+    ``tensor_types``: {name: ggml type}, so a head weight of a type llama.cpp cannot
+    compute with is refused too."""
     names = frozenset(tensor_names)
     nextn = mtp_layers(architecture, values)
     if not nextn and not any(".nextn." in name for name in names):
@@ -224,6 +273,11 @@ def mtp_head_problem(architecture: str, values: Mapping[str, Any], tensor_names:
     why = _metadata_problem(architecture, graph, values, nextn)
     if why is None and graph is not None:
         why = _tensor_problem(architecture, graph, values, names, nextn)
+        if why is None and tensor_types:
+            first = values[f"{architecture}.block_count"] - nextn
+            in_head = [(name, t) for name, t in sorted(tensor_types.items())
+                       if (match := _BLOCK_NAME.match(name)) and int(match.group(1)) >= first]
+            why = weight_type_problem(in_head)
         parts = values.get("split.count")
         if why and type(parts) is int and parts > 1:  # the other parts' tensors are not read here
             why += f" (a split file: Tandem reads the tensors of its first part of {parts} only)"

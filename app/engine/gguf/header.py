@@ -78,6 +78,7 @@ class TensorInfo:
     shape: tuple[int, ...]
     ggml_type: int
     nbytes: int
+    offset: int = 0  # where its data starts, from the start of the tensor data
 
     @property
     def is_float(self) -> bool:
@@ -422,7 +423,7 @@ class _Walker:
             offset = self.u64(f"data offset of tensor '{name}'")
             self.n_parameters += n_elements
             infos.append((name, offset, n_elements // block * type_size))
-            self.tensors.append(TensorInfo(name, tuple(dims), ggml_type, n_elements // block * type_size))
+            self.tensors.append(TensorInfo(name, tuple(dims), ggml_type, n_elements // block * type_size, offset))
         return infos
 
     def check_tensor_data(self, infos: list[tuple[str, int, int]], data_offset: int, alignment: int) -> int:

@@ -19,14 +19,14 @@ token for token; one that does not drafts through text (docs/cross-vocabulary.md
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import gguf
 
-from app.engine.gguf.draft_heads import (eagle3_borrows, eagle3_problem, eagle3_reads, is_head_key, mtp_head_problem, mtp_layers,
+from app.engine.gguf.draft_heads import (eagle3_borrows, eagle3_map_problem, eagle3_problem, eagle3_reads, is_head_key, mtp_head_problem, mtp_layers,
                                         trained_heads)
 from app.engine.gguf.header import GGUFHeader, file_error, scan_header, shown_name
 from app.engine.gguf.rules import ADD_BOS_BPE_PRE
@@ -81,6 +81,10 @@ class ModelMetadata:
     eagle3_layers: tuple[int, ...] = ()
     eagle3_width: int = 0
     eagle3_borrows: tuple[str, ...] = ()  # what it takes from its target (draft_heads.eagle3_borrows)
+    # An EAGLE-3 drafter's tensors, {name: (ggml type, shape)}, and the lowest and highest
+    # id its d2t map names (read from a file on disk by open_model_file; None: not read).
+    eagle3_tensors: Mapping[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict, repr=False)
+    eagle3_d2t_range: tuple[int, int] | None = None
 
     @property
     def file_type_name(self) -> str | None:
@@ -162,12 +166,14 @@ def metadata_from(path: Path, header: GGUFHeader, values: dict[str, Any]) -> Mod
         n_parameters=header.n_parameters,
         draft_heads=trained_heads(architecture, values, tensor_names),
         mtp_layers=nextn,
-        mtp_problem=mtp_head_problem(architecture, values, tensor_names),
+        mtp_problem=mtp_head_problem(architecture, values, tensor_names,
+                                     {t.name: t.ggml_type for t in header.tensors}),
         n_layer=max(0, (get.integer(f"{architecture}.block_count") or 0) - nextn),
         n_embd=get.integer(f"{architecture}.embedding_length") or 0,
         eagle3_layers=reads,
         eagle3_width=reads_width,
         eagle3_borrows=eagle3_borrows(tensor_names) if is_eagle3 else (),
+        eagle3_tensors=({t.name: (t.ggml_type, t.shape) for t in header.tensors} if is_eagle3 else {}),
     )
 
 
@@ -281,7 +287,8 @@ def _eagle3_verdict(target: ModelMetadata, draft: ModelMetadata, same: Compatibi
         return Compatibility(False, "vocab_size", f"Draft is incompatible with target: an EAGLE-3 drafter's "
                              f"vocabulary must be the target's ({draft.n_vocab} tokens, target {target.n_vocab})")
     why = eagle3_problem(target.architecture, target.n_layer, target.n_embd, draft.eagle3_layers, draft.eagle3_width,
-                         draft.n_embd, draft.eagle3_borrows)
+                         draft.n_embd, draft.eagle3_borrows) or \
+        eagle3_map_problem(draft.eagle3_tensors, draft.n_vocab, target.n_vocab, draft.eagle3_d2t_range)
     if why:
         return Compatibility(False, "eagle3", f"Draft is an EAGLE-3 drafter that cannot draft for this target: {why}.")
     layers = ", ".join(map(str, draft.eagle3_layers))

@@ -100,8 +100,27 @@ def open_model_file(path: str | os.PathLike[str] | ModelFile) -> ModelFile:
         return known if known.path == given else replace(known, path=given)
     header, values = scan_header(resolved, wanted_keys, name=given)
     opened = model_file_from(given, resolved, identity, header, values)
+    d2t = _d2t_range(resolved, header) if opened.architecture == "eagle3" else None
+    if d2t is not None:
+        opened = replace(opened, metadata=replace(opened.metadata, eagle3_d2t_range=d2t))
     _OPENED.put(opened)
     return opened
+
+
+def _d2t_range(path: Path, header: GGUFHeader) -> tuple[int, int] | None:
+    """The lowest and highest id an EAGLE-3 drafter's I64 ``d2t`` map names (its data is
+    within the file: the header walk checked every tensor's extent); None without one."""
+    import numpy as np
+
+    from app.engine.gguf.draft_heads import I64
+
+    info = next((t for t in header.tensors if t.name == "d2t"), None)
+    if info is None or info.ggml_type != I64 or len(info.shape) != 1 or not info.shape[0]:
+        return None
+    with open(path, "rb") as f:
+        f.seek(header.data_offset + info.offset)
+        ids = np.frombuffer(f.read(info.shape[0] * 8), dtype="<i8")
+    return (int(ids.min()), int(ids.max())) if ids.size == info.shape[0] else None
 
 
 def model_file_from(given: Path, resolved: Path, identity: FileIdentity, header: GGUFHeader,

@@ -6,6 +6,7 @@ and tiny files written here."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 
 from gguf_factory import make_tokens
-from recurrent_models import write_recurrent_model
+from recurrent_models import write_mtp_model, write_recurrent_model
 
 from app.engine.errors import ModelFileError
 from app.engine.gguf.draft_heads import (
@@ -243,3 +244,82 @@ def test_llama_cpp_aborts_on_the_head_tandem_refuses(demo_models, tmp_path):
                             timeout=300, env=env, cwd=ROOT)
     assert result.returncode != 0 and "no abort" not in result.stdout
     assert "MTP block missing nextn.eh_proj" in result.stdout + result.stderr, result.stderr[-2000:]
+
+
+# --- head files that lie: each of these killed the process once the head first ran -------
+
+def _generate(target, *extra) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "app", "generate", "--target", str(target), *extra,
+                           "--prompt", "Once upon a time", "--max-tokens", "8", "--temperature", "0", "--json"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
+def _plain_text(target) -> str:
+    return json.loads(_generate(target, "--no-speculation").stdout.splitlines()[-1])["text"]
+
+
+@pytest.mark.parametrize("arch", ["qwen35", "glm4moe"])
+@pytest.mark.parametrize("tensor, dtype, shown", [
+    ("nextn.eh_proj.weight", np.int32, "I32"),
+    ("nextn.eh_proj.weight", np.float64, "F64"),
+    ("attn_output.weight", np.int16, "I16"),
+])
+def test_an_mtp_head_weight_of_an_integer_or_f64_type_is_one_line_and_the_target_decodes(
+        demo_models, tmp_path, arch, tensor, dtype, shown):
+    from app.engine.gguf.model_file import open_model_file
+
+    ok = write_mtp_model(tmp_path / "ok.gguf", arch, vocab_from=demo_models.draft)
+    block = open_model_file(ok).metadata.n_layer  # the MTP block follows the trunk
+    name = f"blk.{block}.{tensor}"
+    bad = write_mtp_model(tmp_path / "bad.gguf", arch, vocab_from=demo_models.draft, retype={name: dtype})
+    problem = open_model_file(bad).metadata.mtp_problem
+    assert problem == f"{CANNOT_RUN}{name} is stored as {shown}; llama.cpp computes with float or quantised weights"
+    result = _generate(bad)  # with no draft named, the head would draft
+    assert result.returncode == 0, result.stderr
+    reply = json.loads(result.stdout.splitlines()[-1])
+    assert reply["stats"]["note"] == problem and not reply["stats"]["speculative"]
+    assert reply["text"] == _plain_text(bad)
+
+
+def _eagle_files(demo_models, folder):
+    from eagle_models import write_eagle3_drafter
+
+    from app.engine.gguf.meta import read_metadata
+
+    target = write_mtp_model(folder / "target.gguf", "qwen35", vocab_from=demo_models.draft)
+    return target, read_metadata(target).n_vocab, write_eagle3_drafter
+
+
+@pytest.mark.parametrize("case, why", [
+    ("fc-int32", "fc.weight is stored as I32; llama.cpp computes with float or quantised weights"),
+    ("fc-f64", "fc.weight is stored as F64; llama.cpp computes with float or quantised weights"),
+    ("attn-int16", "blk.0.attn_output.weight is stored as I16; llama.cpp computes with float or quantised weights"),
+    ("d2t-int32", "its d2t map is stored as I32; llama.cpp takes I64"),
+    ("d2t-short", "its d2t map has {short} entries, and its output has {n} rows"),
+    ("d2t-range", "its d2t map names token {past}, outside the vocabulary of {n}"),
+])
+def test_an_eagle3_drafter_that_lies_is_one_line_and_the_target_decodes(demo_models, tmp_path, case, why):
+    target, n, write = _eagle_files(demo_models, tmp_path)
+    ids = np.arange(n, dtype=np.int64)
+    options = {"fc-int32": dict(retype={"fc.weight": np.int32}), "fc-f64": dict(retype={"fc.weight": np.float64}),
+               "attn-int16": dict(retype={"blk.0.attn_output.weight": np.int16}),
+               "d2t-int32": dict(d2t=ids.astype(np.int32)), "d2t-short": dict(d2t=ids[:-32]),
+               "d2t-range": dict(d2t=np.concatenate([ids[:-1], [n + 5000]]))}[case]
+    drafter = write(target, tmp_path / "drafter.gguf", **options)
+    why = why.format(short=n - 32, n=n, past=n + 5000)
+    check = subprocess.run([sys.executable, "-m", "app", "check-pair", str(target), str(drafter), "--json"],
+                           capture_output=True, text=True, timeout=300, cwd=ROOT)
+    said = json.loads(check.stdout)
+    assert check.returncode == 1 and not said["compatible"] and said["rule"] == "eagle3"
+    assert said["reason"] == f"Draft is an EAGLE-3 drafter that cannot draft for this target: {why}."
+    result = _generate(target, "--draft", str(drafter))
+    assert result.returncode == 0, result.stderr
+    reply = json.loads(result.stdout.splitlines()[-1])
+    assert why in reply["stats"]["note"] and reply["text"] == _plain_text(target)
+
+
+def test_an_eagle3_drafter_with_a_right_map_still_drafts(demo_models, tmp_path):
+    target, n, write = _eagle_files(demo_models, tmp_path)
+    drafter = write(target, tmp_path / "drafter.gguf", d2t=np.arange(n, dtype=np.int64))
+    reply = json.loads(_generate(target, "--draft", str(drafter)).stdout.splitlines()[-1])
+    assert reply["stats"]["drafted"] > 0 and reply["text"] == _plain_text(target)
