@@ -145,8 +145,9 @@ def as_json(plan, note: str, args: argparse.Namespace) -> dict:
         shape = est.shape
         parts = est.parts()
         checkpoints = parts.pop("checkpoints")
+        # llama.cpp's layer count, as gpu_layers counts them: the blocks and the output layer.
         return {"path": str(path), "bytes": est.llama_bytes, "parts": parts, "checkpoints": checkpoints,
-                "layers": est.n_layers, "gpu_layers": part.gpu_layers if plan.gpu_free else 0,
+                "layers": est.n_layers + 1, "blocks": est.n_layers, "gpu_layers": part.gpu_layers if plan.gpu_free else 0,
                 "gpu_bytes": part.gpu_bytes if plan.gpu_free else 0,
                 "n_ctx": shape.n_ctx, "n_batch": shape.n_batch, "n_ubatch": shape.n_ubatch,
                 "n_seq_max": shape.n_seq_max, "n_rs_seq": shape.n_rs_seq, "flash_attn": shape.flash_attn}

@@ -194,9 +194,10 @@ def test_fit_json_has_what_a_load_would_create(demo_models):
     for role in ("target", "draft"):
         model = plan[role]
         assert {"bytes", "parts", "layers", "gpu_layers", "n_ctx", "n_batch", "n_ubatch", "n_rs_seq"} <= set(model)
-        assert model["n_ctx"] == 8192 and model["n_batch"] == model["n_ubatch"] == 512 and model["layers"] == 30
+        assert model["n_ctx"] == 8192 and model["n_batch"] == model["n_ubatch"] == 512
+        assert (model["layers"], model["blocks"]) == (31, 30)  # "31 of 31" one way: gpu_layers counts the output too
         assert model["bytes"] == sum(model["parts"].values())
-    assert plan["draft"]["gpu_layers"] == 31 and 0 < plan["target"]["gpu_layers"] <= 30
+    assert plan["draft"]["gpu_layers"] == plan["draft"]["layers"] == 31 and 0 < plan["target"]["gpu_layers"] <= 30
     assert plan["fits"] is True and plan["device"] == "simulated GPU"
     assert plan["gpu_bytes"] == plan["target"]["gpu_bytes"] + plan["draft"]["gpu_bytes"] <= 700 << 20
     assert "target layers on the GPU" in plan["note"] and "\n" not in plan["note"]
