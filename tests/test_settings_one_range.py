@@ -164,3 +164,43 @@ def server_module(demo_models):
     from server.live_server import serving
 
     yield from serving()
+
+
+# Commands whose options set (or bound) a setting: each takes the setting's declared range.
+COMMANDS = {
+    "n_ctx": (["fit", "t.gguf", "--ctx"], ["pull", "org/repo", "--ctx"], ["serve", "--n-ctx"]),
+    "max_tokens": (["serve", "--max-tokens-limit"],),
+    "draft_max": (["bench", "--draft-max"],),
+}
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_every_command_takes_the_declared_range(name):
+    for value, inside in edges(name):
+        for command in COMMANDS[name]:
+            try:
+                build_parser().parse_args([*command, str(value)])
+                taken = True
+            except SystemExit:
+                taken = False
+            assert taken == inside, (command, value)
+
+
+def test_a_prompt_files_seed_takes_the_declared_range():
+    from app.terminal.prompt_files import seed_field
+
+    for value, inside in edges("seed"):
+        try:
+            seed_field(value)
+            taken = True
+        except ValueError:
+            taken = False
+        assert taken == inside, value
+
+
+def test_the_dialogs_gpu_layers_reach_the_declared_top(qtbot):
+    from app.ui.settings_dialog import LayerSpinBox
+
+    box = LayerSpinBox()
+    qtbot.addWidget(box)
+    assert box.maximum() == min(number_range("target_gpu_layers").high, 2**31 - 1)

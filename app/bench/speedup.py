@@ -120,7 +120,8 @@ def add_parser(commands, add_model_arguments) -> None:
     bench.add_argument("--categories", default=None, help="comma-separated categories to run (default: all)")
     bench.add_argument("--max-tokens", "-n", "--n-predict", type=setting_value("max_tokens"), default=128,
                        help="tokens generated per prompt (default: %(default)s)")
-    bench.add_argument("--draft-max", default="auto", help="N, a list like 1,3,5, or auto (default: auto)")
+    bench.add_argument("--draft-max", default="auto", type=draft_max_list,
+                       help="N, a list like 1,3,5, or auto (default: auto)")
     bench.add_argument("--repeat", type=whole(1, what="a number of runs"), default=None,
                        help="runs per prompt and setting; the median one counts, so a moment of load "
                             f"elsewhere does not make a category look slower (default: {DEFAULT_REPEAT})")
@@ -143,16 +144,30 @@ def add_parser(commands, add_model_arguments) -> None:
 
 
 def _draft_settings(value: str) -> list[int | str]:
+    """``--draft-max``: 'auto', N, or a list like 1,3,5; each N in the setting's declared range."""
+    from app.vocabulary import DRAFT_MAX_RANGE
+
+    low, high = DRAFT_MAX_RANGE
     settings: list[int | str] = []
     for part in value.split(","):
         part = part.strip()
         if part == "auto":
             settings.append("auto")
-        elif part.isdigit() and 1 <= int(part) <= 64:
+        elif part.isdigit() and low <= int(part) <= high:
             settings.append(int(part))
         else:
-            raise BenchError(f"--draft-max: {part!r} is not a number from 1 to 64 or 'auto'")
+            raise BenchError(f"--draft-max: {part!r} is not a number from {low} to {high} or 'auto'")
     return settings
+
+
+def draft_max_list(value: str) -> str:
+    """The parser's check of ``--draft-max`` (what ``_draft_settings`` takes), so a wrong
+    value is a usage error before anything loads."""
+    try:
+        _draft_settings(value)
+    except BenchError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--draft-max: ")) from None
+    return value
 
 
 def bench_specs(draft_settings: list[int | str], copy: str = "on", trees: Sequence[str] = ("auto",)) -> dict[str, SpecConfig]:

@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 
-from app.terminal.arg_types import whole
+from app.terminal.arg_types import setting_value, whole
 from app.server.listening import bind, is_loopback, url_of, uvicorn_config
 from app.terminal.shared import UsageError
 
@@ -37,7 +37,7 @@ def add_parser(subcommands, add_model_arguments, add_sampling_arguments) -> None
                             "on every route are served whatever model they name)")
     group.add_argument("--max-body", type=whole(1024, 1 << 30), default=4 * 1024 * 1024, metavar="BYTES",
                        help="largest request body (default: %(default)s)")
-    group.add_argument("--max-tokens-limit", type=whole(1, 1_000_000), default=None, metavar="N",
+    group.add_argument("--max-tokens-limit", type=setting_value("max_tokens"), default=None, metavar="N",
                        help="largest max_tokens a request may ask for (default: the context size)")
     add_model_arguments(serve)
     add_sampling_arguments(serve)

@@ -199,7 +199,7 @@ def _location(loc) -> str:
     for part in loc:
         if isinstance(part, int):
             text += f"[{part}]"
-        elif part in ("str", "int", "bool", "float", "dict") or "[" in str(part) or str(part).startswith("literal"):
+        elif part in ("str", "int", "bool", "float", "dict") or "[" in str(part) or str(part).startswith(("literal", "constrained-")):
             continue
         else:
             text += ("." if text else "") + str(part)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -22,7 +22,6 @@ from app.server.errors import ApiError
 from app.server.tools import ToolCallIn, ToolChoice, ToolDef, history_entry, tool_request
 from app.server.structured import response_grammar
 from app.storage.settings import number_range
-from app.vocabulary import DRAFT_MAX_RANGE
 
 MAX_STOPS = 4         # as OpenAI
 MAX_STOP_CHARS = 1000  # each is matched against the reply's tail after every token
@@ -31,9 +30,13 @@ MAX_STOP_CHARS = 1000  # each is matched against the reply's tail after every to
 def _ranged(setting: str):
     """A request field holding the number setting ``setting``, with its declared range
     (``Settings``): what the window and the command line take, the API takes."""
+    return Field(None, **_bounds(setting))
+
+
+def _bounds(setting: str) -> dict:
     bounds = number_range(setting)
     low = {"ge": bounds.low} if bounds.low_inclusive else {"gt": bounds.low}
-    return Field(None, **low, le=bounds.high)
+    return {**low, "le": bounds.high}
 
 
 class _Body(BaseModel):
@@ -42,7 +45,7 @@ class _Body(BaseModel):
 
 class TandemOptions(_Body):
     speculative: bool | None = None
-    draft_max: int | Literal["auto"] | None = Field(None)
+    draft_max: Annotated[int, Field(**_bounds("draft_max"))] | Literal["auto"] | None = None  # the setting's range, or "auto"
     tree: Literal["auto", "on", "off"] | None = None  # token trees, as the setting of that name
     token_kinds: bool = False
 
@@ -222,10 +225,7 @@ def _job(kind, checked: _Common, defaults: Defaults, requested: int | None, para
     spec = defaults.spec
     if options.speculative is not None:
         spec = dataclasses.replace(spec, enabled=options.speculative)
-    if options.draft_max is not None:
-        low, high = DRAFT_MAX_RANGE
-        if options.draft_max != "auto" and not low <= options.draft_max <= high:
-            raise ApiError(400, f"tandem.draft_max must be {low}-{high} or \"auto\".", param="tandem.draft_max")
+    if options.draft_max is not None:  # in its declared range: TandemOptions checked it
         spec = spec.with_draft_max(options.draft_max)
     if options.tree is not None:
         spec = dataclasses.replace(spec, tree=options.tree)
@@ -266,7 +266,7 @@ def _param(loc) -> str:
     for part in loc:
         if isinstance(part, int):
             text += f"[{part}]"
-        elif part in ("str", "int", "bool", "float") or "[" in str(part) or str(part).startswith("literal"):
+        elif part in ("str", "int", "bool", "float") or "[" in str(part) or str(part).startswith(("literal", "constrained-")):
             continue
         else:
             text += ("." if text else "") + str(part)

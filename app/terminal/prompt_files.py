@@ -54,9 +54,12 @@ def text_field(value: object) -> str:
 
 
 def seed_field(value: object) -> int | None:
-    """A seed: a whole number of -1 or more (-1 or absent: a new one each run)."""
+    """A seed in the setting's declared range (-1 or absent: a new one each run)."""
+    from app.storage.settings import number_range
+
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or not -1 <= value < 2**63:
+    bounds = number_range("seed")
+    if isinstance(value, bool) or not isinstance(value, int) or not bounds.low <= value <= bounds.high:
         raise ValueError("not a seed")
     return None if value == -1 else value

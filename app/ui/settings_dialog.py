@@ -102,7 +102,7 @@ class LayerSpinBox(QSpinBox):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setRange(self.AUTO, 999)
+        self.setRange(self.AUTO, min(number_range("target_gpu_layers").high, 2**31 - 1))
         self.setSpecialValueText("auto")
 
     def textFromValue(self, value: int) -> str:  # noqa: N802 - Qt's name
