@@ -1,7 +1,8 @@
 """The first-run screen: what to chat with, asked before anything is downloaded.
 
-Three ways in, each with its cost said up front: the demo pair (its download and disk
-sizes), a GGUF file the user already has, or a scan of the usual model folders. When
+Four ways in, each with its cost said up front: the demo pair (its download and disk
+sizes), a GGUF file the user already has, a scan of the usual model folders, or a
+model and its draft from the Hugging Face Hub (planned to fit before they download). When
 the demo cannot be downloaded (offline), the screen says what to do instead, in the
 window. A widget only: it displays and emits; the window does the work.
 """
@@ -44,6 +45,7 @@ class FirstRunScreen(QWidget):
     make_draft_chosen = Signal(str)   # a target to make a draft from (then the pair loads)
     make_draft_cancelled = Signal()
     scan_requested = Signal()
+    hub_requested = Signal()          # File → Get models… (the Hugging Face Hub)
 
     def __init__(self, parent: QWidget | None = None, choose_file: FileChooser = _qt_chooser) -> None:
         super().__init__(parent)
@@ -92,6 +94,12 @@ class FirstRunScreen(QWidget):
         layout.addWidget(self._card("Find the models on this computer", self._plain(
             "LM Studio's and Ollama's model folders, the Hugging Face cache, and folders you add. "
             "Only file headers are read."), self.scan_button))
+
+        self.hub_button = QPushButton("Get models…", self)
+        self.hub_button.clicked.connect(self.hub_requested)
+        layout.addWidget(self._card("Get a model from Hugging Face", self._plain(
+            "Search the Hub, or take one of Tandem's picks: a model and a draft for it, checked to fit this "
+            "computer before anything downloads."), self.hub_button))
 
         self.status = self._plain("")
         self.status.setObjectName("firstRunStatus")

@@ -35,7 +35,8 @@ class FirstRunController(QObject):
     def __init__(self, client: Engine, *, notices: NoticeArea, layout: QBoxLayout, hidden: list[QWidget],
                  settings: Callable[[], Settings], apply: Callable[[Settings], None], load: Callable[[], None],
                  open_library: Callable[[str | None], object], parent: QWidget,
-                 check_speculation: Callable[[], None] = lambda: None) -> None:
+                 check_speculation: Callable[[], None] = lambda: None,
+                 open_hub: Callable[[], object] = lambda: None) -> None:
         """The screen goes into ``layout`` where the first of ``hidden`` (the chat view,
         the composer) is; those come back when a pair has loaded. ``check_speculation``
         (Help → Check speculation) runs once a draft made here has loaded with its target,
@@ -49,6 +50,7 @@ class FirstRunController(QObject):
         self._apply = apply
         self._load = load
         self._open_library = open_library
+        self._open_hub = open_hub
         self._parent = parent
         self._check_speculation = check_speculation
         self._check_when_loaded = False
@@ -71,6 +73,7 @@ class FirstRunController(QObject):
         screen.make_draft_chosen.connect(self.make_draft)
         screen.make_draft_cancelled.connect(self.cancel_draft)
         screen.scan_requested.connect(lambda: self._open_library(None))
+        screen.hub_requested.connect(lambda: self._open_hub())
         settings = self._settings()
         self._planner = MemoryPlanner(self)
         self._planner.planned.connect(lambda _key, line: self._on_screen("show_memory_plan", line))

@@ -60,5 +60,5 @@ def install_steering(window, column: QBoxLayout, toolbar: QToolBar) -> Steering:
                                    hidden=[window.chat_view, window.composer], settings=lambda: window.settings,
                                    apply=window.apply_settings, load=lambda: window.models.load(force=True),
                                    open_library=lambda target: library.open(target), parent=window,
-                                   check_speculation=window.help.check_speculation)
+                                   check_speculation=window.help.check_speculation, open_hub=hub.open)
     return Steering(library, hub, presets, first_run, branches)

