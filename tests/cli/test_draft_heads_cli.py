@@ -86,7 +86,8 @@ def test_a_target_whose_mtp_head_would_abort_llama_cpp_is_said_so_and_runs_plain
     for asked in ((), ("--drafter", "mtp")):
         run = _tandem(tmp_path, "generate", "--target", str(target), *asked, "--prompt", "hi", "--max-tokens", "3")
         assert run.returncode == 0, run.stderr[-2000:]
-        assert ("plain: " + why in run.stderr) == bool(asked), run.stderr[-2000:]
+        # Asked for or not (a target's own head drafts when no draft is named), the reply says why it is plain.
+        assert "plain: " + why in run.stderr, run.stderr[-2000:]
 
 
 def _generate(tmp_path: Path, target: Path, *args: str) -> dict:
