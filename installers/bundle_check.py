@@ -8,7 +8,7 @@ engine work but never starts Qt; this checks the rest without opening a window:
   otherwise) and can decode PNG;
 - the icon, token palette and style sheet load from ``app.resources``;
 - llama.cpp's shared libraries load, from inside the bundle, its RPC backend among them;
-- gguf, jinja2's sandbox and pynvml import;
+- gguf, jinja2's sandbox, pynvml and huggingface_hub import, and the Hub picks load;
 - every module of the ``app`` package imports.
 
 Prints one line per check and exits 0 when all pass. Also runs from a checkout:
@@ -76,13 +76,17 @@ def check_libraries() -> str:
     import jinja2
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+    from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_download  # noqa: F401  (Get models…)
+
     from app.gpu.monitor import _import_pynvml
+    from app.hub.picks import load_picks
 
     rendered = ImmutableSandboxedEnvironment().from_string("{{ who }}").render(who="ok")
     assert rendered == "ok", rendered
     assert hasattr(gguf, "GGUFReader")
     _import_pynvml()
-    return f"gguf, jinja2 {jinja2.__version__} (sandbox), pynvml"
+    assert load_picks()[1], "no picks"  # app/resources/hub_picks.json is in the bundle
+    return f"gguf, jinja2 {jinja2.__version__} (sandbox), pynvml, huggingface_hub, the Hub picks"
 
 
 def check_app_modules() -> str:
