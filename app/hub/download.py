@@ -28,8 +28,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from app.hub.connection import (HubError, auth_headers, endpoint, hub_errors, raise_for_status, retrying,
-                                session, timeout)
+from app.hub.connection import (HubError, HubUnreachable, auth_headers, endpoint, hub_errors, raise_for_status,
+                                retrying, session, timeout)
 from app.hub.files import HubFile, parts_of
 from app.hub.remote_header import url_of
 
@@ -81,7 +81,14 @@ def pull(file: HubFile, progress: Progress | None = None, *, sleep: Callable[[fl
     there; HubError in one line, DownloadCancelled when ``progress`` returned False."""
     report = progress or (lambda what, done, total: None)
     names = parts_of(file.filename)
-    metas = [_metadata(replace(file, filename=name)) for name in names]
+    try:
+        metas = [_metadata(replace(file, filename=name)) for name in names]
+    except HubUnreachable:
+        here = _cached(file, names)
+        if here is None:
+            raise
+        report(f"{file.filename.rsplit('/', 1)[-1]} is already downloaded (the Hub is out of reach)", 1, 1)
+        return here
     total = sum(m.size for m in metas)
     done_before = 0
     downloaded = resumed = 0
@@ -109,6 +116,18 @@ class _Meta:
     etag: str
     commit: str
     size: int
+
+
+def _cached(file: HubFile, names: list[str]) -> Pulled | None:
+    """``file`` as an earlier pull left it in the cache (every part, the newest
+    revision), for a pull while the Hub cannot be reached; None when it is not all there."""
+    from app.library.locations import hub_file
+
+    paths = [hub_file(f"{file.repo}/{name}") for name in names]
+    if any(p is None for p in paths) or len({p.parent for p in paths}) != 1:
+        return None
+    size = sum(p.stat().st_size for p in paths)
+    return Pulled(paths[0], file, size, 0, 0, True)
 
 
 def _metadata(file: HubFile) -> _Meta:

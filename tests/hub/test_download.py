@@ -189,3 +189,12 @@ def test_a_gated_repository_needs_the_token_and_says_so(hub, monkeypatch, demo_m
     with pytest.raises(HubError, match="gated") as err:
         pull(HubFile("org/Gated-GGUF", "m-Q4_1.gguf"))
     assert "\n" not in str(err.value) and "HF_TOKEN" in str(err.value)
+
+
+def test_a_pulled_file_is_found_in_the_cache_while_the_hub_is_down(hub):
+    first = pull(HubFile(DEMO_REPO, DRAFT))
+    hub.stop()
+    again = pull(HubFile(DEMO_REPO, DRAFT))
+    assert (again.path, again.downloaded) == (first.path, 0)
+    with pytest.raises(HubError, match="cannot reach"):
+        pull(HubFile(DEMO_REPO, TARGET))  # never downloaded: the Hub's absence is said
