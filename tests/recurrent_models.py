@@ -472,6 +472,27 @@ def write_recurrent_model(path: str | Path, arch: str, *, vocab_from: str | Path
     return path
 
 
+def write_split_part(path: str | Path, tensors: list[tuple[str, int]], *, vocab_from: str | Path | None = None) -> Path:
+    """One part of a split llama model, as gguf-split writes one: ``tensors`` are (name,
+    element count) of zeros; the first part carries the metadata (``vocab_from``'s
+    tokenizer), the others none."""
+    import gguf
+
+    writer = gguf.GGUFWriter(Path(path), "llama")
+    writer.add_block_count(2)
+    writer.add_embedding_length(64)
+    if vocab_from is not None:
+        for key, (value, vtype, sub) in _tokenizer_fields(Path(vocab_from)).items():
+            writer.add_key_value(key, value, vtype, *(() if sub is None else (sub,)))
+    for name, n in tensors:
+        writer.add_tensor(name, np.zeros(n, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return Path(path)
+
+
 def write_draft_copy(target_path: str | Path, draft_path: str | Path, ftype: str = "Q4_0") -> Path:
     """``target_path`` re-encoded as ``ftype`` by llama.cpp's quantizer: the same random
     model, a little off, as speculation's draft."""

@@ -110,7 +110,7 @@ def _remote_lines(target, draft, remote) -> dict:
     from app.engine.gguf.meta import pair_verdict
     from app.engine.gguf.model_file import open_model_file
     from app.hub.download import free_disk
-    from app.session.model_downloads import gb as _gb
+    from app.hub.files import size_text as _gb
 
     size = sum(m.size for m in remote)
     free = free_disk()

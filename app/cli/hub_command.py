@@ -46,6 +46,7 @@ def add_parsers(subcommands) -> None:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
+    from app.hub.files import size_text
     from app.hub.picks import picks_for
     from app.hub.search import search
 
@@ -74,7 +75,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         print(f"  {r.repo}  ({r.downloads:,} downloads{', gated' if r.gated else ''})")
         for f in r.files:
             parts = f" in {f.parts} parts" if f.parts > 1 else ""
-            print(f"      {f.quant or '?':<10} {_gb(f.size):>9}{parts}  {f.filename}")
+            print(f"      {f.quant or '?':<10} {size_text(f.size):>9}{parts}  {f.filename}")
     return 0
 
 
@@ -82,12 +83,10 @@ def _spelled(file) -> str:
     return f"hf://{file.repo}/{file.filename}" if file.revision is None else str(file)
 
 
-def _gb(n: int) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
-
 
 def cmd_pull(args: argparse.Namespace) -> int:
     from app.hub.download import DownloadCancelled, pull
+    from app.hub.files import size_text
     from app.hub.planning import find_draft
     from app.session.fit import read_machine
     from app.session.model_downloads import plan_pull
@@ -141,7 +140,7 @@ def cmd_pull(args: argparse.Namespace) -> int:
     for n, p in zip(names, paths):
         how = "verified against the Hub's sha256" if p.verified else "size checked (the Hub gave no sha256)"
         state = "already here" if p.downloaded == 0 and p.resumed == 0 else (
-            f"resumed at {_gb(p.resumed)}" if p.resumed else "downloaded")
+            f"resumed at {size_text(p.resumed)}" if p.resumed else "downloaded")
         print(f"{n}: {state}, {how}")
     command = f"tandem chat --target {names[0]}" + (f" --draft {names[1]}" if len(names) > 1 else "")
     print(f"Chat with it: {command}")
@@ -152,23 +151,15 @@ def _resolve(text: str, fits):
     """A RemoteModel for ``text``: hf://REPO/FILE, or REPO[:QUANT] (the best that fits,
     or a draft's usual file when ``fits`` is None)."""
     from app.hub.files import is_hub_name, parse_file, parse_repo
-    from app.hub.planning import _draft_file, repo_choice
+    from app.hub.planning import draft_in_repo, repo_choice
     from app.hub.remote_header import read_remote_model
-    from app.hub.search import repo_files
 
     if is_hub_name(text):
         return read_remote_model(parse_file(text))
     asked = parse_repo(text)
-    if fits is not None or asked.quant:
-        return repo_choice(asked, fits or (lambda remote: None)).remote
-    from app.hub.connection import HubError
-    from app.hub.files import HubFile
-
-    listed = repo_files(asked.repo, asked.revision)
-    chosen = _draft_file(listed)
-    if chosen is None:
-        raise HubError(f"{asked.repo} has no GGUF model files")
-    return read_remote_model(HubFile(asked.repo, chosen.filename, asked.revision or listed.revision))
+    if fits is None and not asked.quant:
+        return draft_in_repo(asked)
+    return repo_choice(asked, fits or (lambda remote: None)).remote
 
 
 def _as_json(planned) -> dict:

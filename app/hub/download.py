@@ -30,7 +30,7 @@ from typing import Callable
 
 from app.hub.connection import (HubError, HubUnreachable, auth_headers, endpoint, hub_errors, raise_for_status,
                                 retrying, session, timeout)
-from app.hub.files import HubFile, parts_of
+from app.hub.files import HubFile, parts_of, size_text
 from app.hub.remote_header import url_of
 
 PARTIAL = ".tandem-partial"
@@ -190,12 +190,9 @@ def _kept_bytes(partial: Path, size: int) -> int:
 def _check_disk(folder: Path, needed: int, file: HubFile) -> None:
     free = shutil.disk_usage(folder).free
     if needed + DISK_MARGIN > free:
-        raise HubError(f"{file}: not enough free disk in {folder.parent.parent}: it needs {_gb(needed)} more, "
-                       f"{_gb(free)} is free")
+        raise HubError(f"{file}: not enough free disk in {folder.parent.parent}: it needs {size_text(needed)} more, "
+                       f"{size_text(free)} is free")
 
-
-def _gb(n: int) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
 
 
 def _hasher(etag: str, size: int):
@@ -263,7 +260,7 @@ def _fetch(file: HubFile, partial: Path, hasher, kept: int, size: int, report: P
             retrying(attempt, sleep=sleep, stop=lambda: state["cancelled"])
     except HubError as exc:
         if state["have"] > kept and state["have"] < size:  # what came is kept: say so
-            raise HubError(f"{exc}; the download stopped at {_gb(state['have'])} of {_gb(size)} and is kept: "
+            raise HubError(f"{exc}; the download stopped at {size_text(state['have'])} of {size_text(size)} and is kept: "
                            "'tandem pull' or Download again resumes it") from None
         raise
     except OSError as exc:
@@ -272,10 +269,10 @@ def _fetch(file: HubFile, partial: Path, hasher, kept: int, size: int, report: P
             raise HubError(f"{file}: the disk filled up during the download; the partial file was deleted") from None
         raise HubError(f"{file}: could not write the download ({exc.strerror or exc})") from None
     if state["cancelled"]:
-        raise DownloadCancelled(f"{file}: download cancelled at {_gb(state['have'])} of {_gb(size)}; "
+        raise DownloadCancelled(f"{file}: download cancelled at {size_text(state['have'])} of {size_text(size)}; "
                                 "'tandem pull' or Download again resumes it")
     if state["have"] < size:
-        raise HubError(f"{file}: the Hub ended the download at {_gb(state['have'])} of {_gb(size)}; "
+        raise HubError(f"{file}: the Hub ended the download at {size_text(state['have'])} of {size_text(size)}; "
                        "run it again to resume")
     return state["got"], state["hasher"]
 

@@ -94,6 +94,11 @@ def _check_repo(repo: str, text: str) -> None:
         raise HubNameError(f"{text!r} does not name a repository (spell it ORG/REPO)")
 
 
+def size_text(n: float) -> str:
+    """A download's size as every Hub surface shows it: MB under 0.1 GB, else GB."""
+    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
+
+
 def quant_of(filename: str) -> str:
     """The quantisation a file's name says (upper case), '' when it says none."""
     stem = filename.rsplit("/", 1)[-1]

@@ -132,7 +132,7 @@ def _candidates(target: RemoteModel) -> list[HubFile]:
     sized: list[tuple[int, HubFile]] = []
     try:  # the target's own repository: a small quantisation of the same model drafts too
         own = repo_files(target.file.repo, target.file.revision)
-        small = _draft_file(RepoResult(own.repo, files=tuple(f for f in own.files
+        small = draft_file(RepoResult(own.repo, files=tuple(f for f in own.files
                                                                if f.size <= target.size * DRAFT_SHARE)))
         if small is not None:
             sized.append((small.size, HubFile(own.repo, small.filename, target.file.revision)))
@@ -141,7 +141,7 @@ def _candidates(target: RemoteModel) -> list[HubFile]:
     for result in search(family, limit=DRAFT_CANDIDATES * 2, with_files=DRAFT_CANDIDATES * 2):
         if result.repo == target.file.repo or not result.files:
             continue
-        small = _draft_file(result)
+        small = draft_file(result)
         if small is not None and small.size <= target.size * DRAFT_SHARE:
             sized.append((small.size, HubFile(result.repo, small.filename, result.revision)))
     for _, file in sorted(sized, key=lambda item: item[0])[:DRAFT_CANDIDATES]:
@@ -151,7 +151,7 @@ def _candidates(target: RemoteModel) -> list[HubFile]:
     return found
 
 
-def _draft_file(result: RepoResult) -> RepoFile | None:
+def draft_file(result: RepoResult) -> RepoFile | None:
     """A repository's file to draft with: Q8_0 where it has one (a draft's quality buys
     acceptance, and it is small anyway), else its smallest Q4, else its smallest."""
     by_quant = {f.quant: f for f in result.files}
@@ -163,3 +163,12 @@ def _draft_file(result: RepoResult) -> RepoFile | None:
 
 def repo_choice(asked: HubRepo, fits) -> Choice:
     return choose_file(repo_files(asked.repo, asked.revision), asked, fits)
+
+
+def draft_in_repo(asked: HubRepo) -> RemoteModel:
+    """The file of ``asked``'s repository to draft with (``draft_file``), read from its header."""
+    listed = repo_files(asked.repo, asked.revision)
+    chosen = draft_file(listed)
+    if chosen is None:
+        raise HubError(f"{asked.repo} has no GGUF model files")
+    return read_remote_model(HubFile(asked.repo, chosen.filename, asked.revision or listed.revision))

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from app.engine.gguf.memory_plan import AUTO, GpuLayers, PairPlan
 from app.engine.gguf.meta import Compatibility, pair_verdict
 from app.hub.download import DISK_MARGIN, free_disk, hub_cache
-from app.hub.files import HubFile, HubRepo
+from app.hub.files import HubFile, HubRepo, size_text
 from app.hub.remote_header import RemoteModel
 from app.session.fit import Machine, describe, plan_files, read_machine, refusal
 
@@ -30,26 +30,22 @@ class PullPlan:
         return self.download + DISK_MARGIN <= self.free
 
     def lines(self, n_ctx: int) -> list[str]:
-        out = [f"Target: {_name(self.target.file)} ({self.target.file.quant or 'GGUF'}, {gb(self.target.size)})"]
+        out = [f"Target: {_name(self.target.file)} ({self.target.file.quant or 'GGUF'}, {size_text(self.target.size)})"]
         if self.draft is not None:
             words = "drafts for it token for token" if self.verdict is not None and self.verdict.ok and \
                 not self.verdict.through_text else (self.verdict.reason if self.verdict is not None else "")
-            out.append(f"Draft: {_name(self.draft.file)} ({gb(self.draft.size)}): {words}")
+            out.append(f"Draft: {_name(self.draft.file)} ({size_text(self.draft.size)}): {words}")
         else:
             out.append(f"Draft: none ({self.draft_note})")
         out.append(("Fits: " + describe(self.plan)) if self.plan.fits
                    else ("Does not fit: " + refusal(self.plan, n_ctx)))
-        out.append(f"Download: {gb(self.download)}; free disk for the Hugging Face cache ({hub_cache()}): "
-                   f"{gb(self.free)}" + ("" if self.disk_ok else " - not enough"))
+        out.append(f"Download: {size_text(self.download)}; free disk for the Hugging Face cache ({hub_cache()}): "
+                   f"{size_text(self.free)}" + ("" if self.disk_ok else " - not enough"))
         return out
 
 
 def _name(file: HubFile) -> str:
     return f"{file.repo}/{file.filename}"
-
-
-def gb(n: int) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
 
 
 def plan_pull(target: RemoteModel, draft: RemoteModel | None, *, n_ctx: int, machine: Machine | None = None,

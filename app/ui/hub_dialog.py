@@ -15,6 +15,8 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QDialog, QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QTreeWidget,
                                QTreeWidgetItem, QVBoxLayout, QWidget)
 
+from app.hub.files import size_text
+
 COLUMNS = ("Model", "Quantisation", "Size", "Note")
 _CHOICE_ROLE = Qt.ItemDataRole.UserRole
 
@@ -36,10 +38,6 @@ class ListedRepo:
     note: str
     choice: object   # chosen as a whole: its best quantisation for this machine
     files: tuple[Listed, ...]
-
-
-def _size(n: int) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
 
 
 class GetModelsDialog(QDialog):
@@ -171,7 +169,7 @@ class GetModelsDialog(QDialog):
         self.results.setEnabled(False)
         self.progress.setRange(0, 1000)
         self.progress.setValue(int(1000 * done / total) if total else 0)
-        self.progress.setFormat(f"{what}: {_size(int(done))} of {_size(int(total))}" if total > 1 else what)
+        self.progress.setFormat(f"{what}: {size_text(int(done))} of {size_text(int(total))}" if total > 1 else what)
 
     def show_downloaded(self, text: str) -> None:
         self._download_ended(text)

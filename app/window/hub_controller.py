@@ -9,24 +9,20 @@ the disk, so also after a restart); when it ends, Load puts the pair in the sett
 
 from __future__ import annotations
 
-import logging
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import QObject, Qt
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QWidget
 
 from app.errors import TandemError, one_line
-from app.hub.files import HubFile, HubRepo
+from app.hub.files import HubFile, HubRepo, size_text
 from app.hub.picks import Pick
 from app.storage.settings import Settings
 from app.ui.hub_dialog import GetModelsDialog, Listed, ListedRepo
-
-log = logging.getLogger(__name__)
-
+from app.window.background_job import BackgroundJob
 
 @dataclass(frozen=True)
 class _Planned:
@@ -35,41 +31,6 @@ class _Planned:
     text: str
     can_download: bool
     here: tuple[str, str] | None  # (target path, draft path) when both are in the cache already
-
-
-class _Job(QObject):
-    """One piece of network work on a plain thread; ``done`` carries its result, or the
-    one-line error as a str."""
-
-    progressed = Signal(str, float, float)
-    done = Signal(object)
-
-    def __init__(self, work: Callable[["_Job"], object], parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self.cancel = threading.Event()
-        self._work = work
-        self._thread = threading.Thread(target=self._run, name="tandem-hub", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def wait(self, seconds: float) -> bool:
-        self._thread.join(seconds)
-        return not self._thread.is_alive()
-
-    def _run(self) -> None:
-        try:
-            result = self._work(self)
-        except TandemError as exc:
-            result = str(exc)
-        except Exception as exc:  # a defect: logged whole, shown in one line
-            log.exception("Hub job failed")
-            result = one_line(exc)
-        self.done.emit(result)
-
-
-def _gb(n: int) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
 
 
 class HubController(QObject):
@@ -84,9 +45,9 @@ class HubController(QObject):
         self._say = say
         self._dialog_parent = dialog_parent
         self.dialog: GetModelsDialog | None = None
-        self._search: _Job | None = None
-        self._plan: _Job | None = None
-        self._download: _Job | None = None
+        self._search: BackgroundJob | None = None
+        self._plan: BackgroundJob | None = None
+        self._download: BackgroundJob | None = None
         self.planned: _Planned | None = None
         self.downloaded: tuple[str, str] | None = None  # (target path, draft path '' : none)
         self.action = QAction("&Get models…", self)
@@ -138,7 +99,7 @@ class HubController(QObject):
             self._search.cancel.set()  # its answer is dropped
         self.dialog.show_searching(text)
 
-        def work(job: _Job):
+        def work(job: BackgroundJob):
             from app.hub.picks import picks_for
             from app.hub.search import search
 
@@ -146,7 +107,7 @@ class HubController(QObject):
 
         self._search = self._start(work, self._searched)
 
-    def _searched(self, job: _Job, answer) -> None:
+    def _searched(self, job: BackgroundJob, answer) -> None:
         if job is not self._search:
             return
         self._search = None
@@ -158,7 +119,7 @@ class HubController(QObject):
         picks, results = answer
         repos = [ListedRepo(r.repo, f"{r.downloads:,} downloads" + (", gated" if r.gated else ""),
                             HubRepo(r.repo, "", r.revision),
-                            tuple(Listed(f.filename, f.quant, _gb(f.size) if f.size else "",
+                            tuple(Listed(f.filename, f.quant, size_text(f.size) if f.size else "",
                                          f"{f.parts} parts" if f.parts > 1 else "",
                                          HubFile(r.repo, f.filename, r.revision)) for f in r.files))
                  for r in results]
@@ -176,12 +137,12 @@ class HubController(QObject):
         self.dialog.show_planning(shown)
         settings = self._settings()
 
-        def work(job: _Job) -> _Planned:
+        def work(job: BackgroundJob) -> _Planned:
             return _plan(choice, settings)
 
         self._plan = self._start(work, self._planned)
 
-    def _planned(self, job: _Job, answer) -> None:
+    def _planned(self, job: BackgroundJob, answer) -> None:
         if job is not self._plan or self.dialog is None:
             return
         self._plan = None
@@ -200,7 +161,7 @@ class HubController(QObject):
         planned = self.planned
         self.downloaded = None
 
-        def work(job: _Job):
+        def work(job: BackgroundJob):
             from app.hub.download import pull
 
             def progress(what: str, done: float, total: float) -> bool:
@@ -222,7 +183,7 @@ class HubController(QObject):
         if self._download is not None:
             self._download.cancel.set()
 
-    def _downloaded(self, job: _Job, answer) -> None:
+    def _downloaded(self, job: BackgroundJob, answer) -> None:
         if job is not self._download:
             return
         self._download = None
@@ -257,8 +218,9 @@ class HubController(QObject):
 
     # --- plumbing -------------------------------------------------------------------------
 
-    def _start(self, work, answer) -> _Job:
-        job = _Job(work, self)
+    def _start(self, work, answer) -> BackgroundJob:
+        job = BackgroundJob(work, self, name="tandem-hub",
+                            failure=lambda exc: str(exc) if isinstance(exc, TandemError) else one_line(exc))
         job.done.connect(lambda result, job=job: answer(job, result), Qt.ConnectionType.QueuedConnection)
         job.start()
         return job

@@ -10,7 +10,6 @@ reload follows), remembers it among the recent pairs, and offers "Check speculat
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable, TYPE_CHECKING
@@ -27,6 +26,7 @@ from app.library.locations import FOLDER
 from app.library.scan import ScanResult, library_locations, scan_library
 from app.storage.settings import MAX_FOLDERS, Settings, with_chat_format, with_recent_pair
 from app.ui.library_dialog import LibraryDialog
+from app.window.background_job import BackgroundJob
 from app.window.draft_task import DraftTask
 
 if TYPE_CHECKING:
@@ -56,32 +56,9 @@ def memory_plans(target: str, drafts: list[str], settings: Settings) -> dict[str
     return plans
 
 
-class _Job(QObject):
-    """One call on a plain thread; ``done`` carries its result (or the one-line error)."""
-
-    progressed = Signal(int, int, str)
-    done = Signal(object)
-
-    def __init__(self, work: Callable[["_Job"], object], parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self.cancel = threading.Event()
-        self._work = work
-        self._thread = threading.Thread(target=self._run, name="tandem-library", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def wait(self, seconds: float) -> bool:
-        self._thread.join(seconds)
-        return not self._thread.is_alive()
-
-    def _run(self) -> None:
-        try:
-            result = self._work(self)
-        except Exception as exc:  # noqa: BLE001 — one line for the window, the rest in the log
-            log.exception("model library job failed")
-            result = f"The model library could not finish: {exc}"
-        self.done.emit(result)
+def _job(work, parent: QObject) -> BackgroundJob:
+    return BackgroundJob(work, parent, name="tandem-library",
+                         failure=lambda exc: f"The model library could not finish: {exc}")
 
 
 class LibraryController(QObject):
@@ -99,8 +76,8 @@ class LibraryController(QObject):
         self._dialog_parent = dialog_parent
         self.dialog: LibraryDialog | None = None
         self.result: ScanResult | None = None
-        self._scan: _Job | None = None
-        self._drafts: _Job | None = None
+        self._scan: BackgroundJob | None = None
+        self._drafts: BackgroundJob | None = None
         self.draft_task: DraftTask | None = None
         self._extra_paths: list[str] = []  # files chosen by hand, perhaps outside every scanned place
         self._pending_target: str | None = None
@@ -151,14 +128,14 @@ class LibraryController(QObject):
         in_use = [p for pair in ((settings.target_path, settings.draft_path), *settings.recent_pairs)
                   for p in pair if p]
 
-        def work(job: _Job) -> ScanResult:
+        def work(job: BackgroundJob) -> ScanResult:
             result = scan_library(library_locations(folders, include_made=True), progress=job.progressed.emit,
                                   cancel=job.cancel, in_use=in_use)
             known = {e.path for e in result.entries}
             chosen = [read_entry(Path(p), shown_name(p), FOLDER) for p in extra if p not in known]
             return replace(result, entries=result.entries + chosen)
 
-        self._scan = job = _Job(work, self)
+        self._scan = job = _job(work, self)
         job.progressed.connect(self._show_progress)
         job.done.connect(self._scanned)
         if self.dialog is not None:
@@ -193,14 +170,14 @@ class LibraryController(QObject):
             self._drafts.cancel.set()  # its answer is for a target no longer chosen; the dialog drops it
         settings = self._settings()
 
-        def work(job: _Job) -> tuple:
+        def work(job: BackgroundJob) -> tuple:
             candidates = find_drafts(target, entries)
             # Each usable draft's memory plan beside the target (headers only; one NVML read)
             plans = memory_plans(target_path, [c.entry.path for c in candidates if c.compatible][:PLANNED_MOST],
                                  settings)
             return target_path, candidates, plans
 
-        self._drafts = job = _Job(work, self)
+        self._drafts = job = _job(work, self)
         job.done.connect(self._drafts_found)
         job.start()
 

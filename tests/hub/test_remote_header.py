@@ -161,27 +161,11 @@ def test_a_hub_that_is_down_is_one_line(hub):
 
 def _split_model(folder, demo_models):
     """A model in two parts, as gguf-split writes one: the metadata in the first."""
-    import gguf
-    import numpy as np
-    from recurrent_models import _tokenizer_fields
+    from recurrent_models import write_split_part
 
-    def write(path, tensors, *, tokenizer: bool):
-        writer = gguf.GGUFWriter(path, "llama")
-        writer.add_block_count(2)
-        writer.add_embedding_length(64)
-        if tokenizer:
-            for key, (value, vtype, sub) in _tokenizer_fields(demo_models.draft).items():
-                writer.add_key_value(key, value, vtype, *(() if sub is None else (sub,)))
-        for name, n in tensors:
-            writer.add_tensor(name, np.zeros(n, dtype=np.float32))
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
-        return path
-
-    return [write(folder / "m-Q8_0-00001-of-00002.gguf", [("blk.0.ffn_up.weight", 1000)], tokenizer=True),
-            write(folder / "m-Q8_0-00002-of-00002.gguf", [("blk.1.ffn_up.weight", 3000)], tokenizer=False)]
+    return [write_split_part(folder / "m-Q8_0-00001-of-00002.gguf", [("blk.0.ffn_up.weight", 1000)],
+                             vocab_from=demo_models.draft),
+            write_split_part(folder / "m-Q8_0-00002-of-00002.gguf", [("blk.1.ffn_up.weight", 3000)])]
 
 
 def test_a_split_model_on_the_hub_counts_and_downloads_every_part(hub, demo_models, tmp_path):

@@ -221,31 +221,15 @@ def test_fit_says_it_in_a_table_and_exits_1_when_it_does_not_fit(demo_models, tm
 def test_a_split_model_counts_every_part(tmp_path, demo_models):
     """llama.cpp loads name-00002-of-00002.gguf beside the first part: its weights count
     (a part missing is one line, as the load would say)."""
-    import gguf
-    import numpy as np
-    from recurrent_models import _tokenizer_fields
+    from recurrent_models import write_split_part
 
     from app.engine.gguf.model_file import open_model_file
 
-    def write(path, tensors, *, tokenizer: bool) -> None:
-        writer = gguf.GGUFWriter(path, "llama")
-        writer.add_block_count(2)
-        writer.add_embedding_length(64)
-        if tokenizer:  # the first part carries the metadata, as gguf-split writes it
-            for key, (value, vtype, sub) in _tokenizer_fields(demo_models.draft).items():
-                writer.add_key_value(key, value, vtype, *(() if sub is None else (sub,)))
-        for name, n in tensors:
-            writer.add_tensor(name, np.zeros(n, dtype=np.float32))
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
-
     first = tmp_path / "m-00001-of-00002.gguf"
-    write(first, [("blk.0.ffn_up.weight", 1000)], tokenizer=True)
+    write_split_part(first, [("blk.0.ffn_up.weight", 1000)], vocab_from=demo_models.draft)
     with pytest.raises(Exception, match="m-00002-of-00002.gguf"):
         estimate_for(open_model_file(first), 1024, draft=False)
-    write(tmp_path / "m-00002-of-00002.gguf", [("blk.1.ffn_up.weight", 3000)], tokenizer=False)
+    write_split_part(tmp_path / "m-00002-of-00002.gguf", [("blk.1.ffn_up.weight", 3000)])
     estimate = estimate_for(open_model_file(first), 1024, draft=False)
     assert [layer.weights for layer in estimate.layers] == [4000, 12000]
 
