@@ -33,12 +33,16 @@ class StopReason(enum.StrEnum):
 
 
 class DrafterKind(enum.StrEnum):
-    """Where guesses come from (a setting, a command-line choice, what was loaded)."""
+    """Where guesses come from (a setting, a command-line choice, what was loaded).
+
+    Each kind but NONE is declared, with its words, needs and factory, in
+    ``app/drafter_kinds.py``."""
 
     MODEL = "model"    # a small draft model
     LOOKUP = "lookup"  # prompt lookup: copies from the context, no model
     LOOKAHEAD = "lookahead"  # lookahead decoding: the target's own n-gram pool, and copies, no model
     MTP = "mtp"        # the target's own MTP (nextn) head, shipped in its file
+    EAGLE3 = "eagle3"  # an EAGLE-3 drafter file, trained on the target, reading its layers
     NONE = "none"      # no speculation
 
 

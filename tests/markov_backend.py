@@ -12,6 +12,8 @@ import numpy as np
 
 
 class MarkovBackend:
+    keeps_states = False  # its cache is never copied out
+
     def __init__(self, logits: np.ndarray, n_ctx: int = 64) -> None:
         self.table = logits.astype(np.float32)  # row = previous token
         self.n_vocab = logits.shape[0]

@@ -142,3 +142,43 @@ def test_the_mirror_check_finds_a_stray_folder(tmp_path):
         "tests/misc: no __init__.py",
         "tests/misc: app/misc is no package (a test of app/X/... lives in tests/X/...)",
     ]
+
+
+# The front ends and the layers they use ask nothing of what they hold: a capability is a
+# declared Protocol member or flag (app/bridge/client.Engine, app/engine/backend.py), so
+# a client, a session or a target is never asked with hasattr, or getattr with a default.
+UNPROBED = ("app/window", "app/bridge", "app/session", "app/server", "app/enginehost")
+PLATFORM_MODULES = {"sys", "os", "signal"}
+
+
+def capability_probes(source: str, name: str) -> list[str]:
+    """Each ``hasattr(x, ...)`` and ``getattr(x, ..., default)`` in ``source``, as
+    'name:line'. A ``getattr`` without a default names what must be there (a function in
+    a file loaded by path); the platform's modules (``sys.frozen``, ``signal.SIGKILL``)
+    are not what a front end holds."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args):
+            continue
+        probe = node.func.id == "hasattr" or (node.func.id == "getattr" and len(node.args) == 3)
+        if probe and not (isinstance(node.args[0], ast.Name) and node.args[0].id in PLATFORM_MODULES):
+            found.append(f"{name}:{node.lineno}")
+    return found
+
+
+def test_no_front_end_probes_what_it_holds():
+    probes = []
+    for folder in UNPROBED:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            probes += capability_probes(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))
+    assert probes == []
+
+
+def test_the_probe_finder_finds_the_probes_the_window_had():
+    old = ("if hasattr(client, 'died'):\n    client.died.connect(f)\n"
+           "target = getattr(session, 'target', None)\n"
+           "loader = getattr(module, name)\n"
+           "frozen = getattr(sys, 'frozen', False)\n")
+    assert capability_probes(old, "chat_controller.py") == ["chat_controller.py:1", "chat_controller.py:3"]

@@ -243,10 +243,19 @@ STATED = [
                                                                         "TAIL_LEAST")),
     ("docs/speculative.md", r"the tail it reads in ([\d.]+) s", _constant("app.engine.speculation.drafters",
                                                                          "READ_BUDGET_S")),
-    ("docs/using.md", r"At most (\d+) chats", _constant("app.session.chat_states", "MOST")),
+    ("docs/using.md", r"At most (\d+) chats", _constant("app.session.chat_states", "MAX_KEPT")),
     ("docs/using.md", r"chats and (\d+) GiB\s+are kept", lambda: _constant("app.session.chat_states", "BUDGET_BYTES")() >> 30),
-    ("docs/using.md", r"less than (\d+) GiB of the disk", lambda: _constant("app.session.chat_states", "DISK_RESERVE")() >> 30),
-    ("docs/using.md", r"chats of at least (\d+) tokens", _constant("app.session.chat_states", "WORTH")),
+    ("docs/using.md", r"less than (\d+) GiB of the disk", lambda: _constant("app.storage.paths", "DISK_RESERVE")() >> 30),
+    ("docs/using.md", r"chats of at least (\d+) tokens", _constant("app.session.kept_states", "MIN_TOKENS_SAVED")),
+    # A recurrent model's kept checkpoints (app/backends/llama/state_checkpoints.py).
+    ("docs/recurrent-models.md", r"At most (\d+) kept checkpoints", _constant("app.engine.gguf.memory_estimate",
+                                                                          "KEPT_CHECKPOINTS_MOST")),
+    ("docs/recurrent-models.md", r"at most (\d+) MB\s+of them", lambda: _constant(
+        "app.engine.gguf.memory_estimate", "KEPT_CHECKPOINT_BYTES")() >> 20),
+    # The served conversations kept in memory (app/server/prompt_cache.py).
+    ("docs/clients.md", r"replaces at least (\d+) tokens", _constant("app.session.kept_states", "MIN_TOKENS_SAVED")),
+    ("docs/clients.md", r"copied to memory \(at most (\d+) of them", _constant("app.server.prompt_cache", "MAX_KEPT")),
+    ("docs/clients.md", r"of them, (\d+) GiB, each", lambda: _constant("app.server.prompt_cache", "BUDGET_BYTES")() >> 30),
     ("docs/using.md", r"\(at most (\d+) GiB\)", lambda: _constant("app.engine.gguf.memory_plan", "MARGIN_MOST")() >> 30),
     ("docs/using.md", r"a batch\s+of (\d+) tokens", _constant("app.engine.gguf.context_shape", "BATCH")),
     ("docs/using.md", r"(\d+) sequences for token trees", _constant("app.engine.gguf.context_shape", "TREE_BRANCHES")),
@@ -262,7 +271,7 @@ STATED = [
     # A float MTP head's compact copies (app/backends/head_files.py).
     ("docs/speculative.md", r"at most (\d+) kept, the least recently used", _constant("app.backends.head_files",
                                                                                      "HEADS_KEPT")),
-    ("docs/speculative.md", r"leave (\d+) GiB on the disk", lambda: _constant("app.backends.head_files",
+    ("docs/speculative.md", r"leave (\d+) GiB on the disk", lambda: _constant("app.storage.paths",
                                                                             "DISK_RESERVE")() / 2**30),
     ("docs/cli.md", r"replies of at most (\d+) tokens, context", _default("max_tokens")),
     ("docs/cli.md", r"tokens, context (\d+),", _default("n_ctx")),

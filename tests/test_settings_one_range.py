@@ -204,3 +204,35 @@ def test_the_dialogs_gpu_layers_reach_the_declared_top(qtbot):
     box = LayerSpinBox()
     qtbot.addWidget(box)
     assert box.maximum() == min(number_range("target_gpu_layers").high, 2**31 - 1)
+
+
+# -- one list per choice -------------------------------------------------------------
+# The drafter kinds a user may choose are declared once (app/drafter_kinds.py): the
+# settings file, Settings, every command's --drafter and the window's list offer exactly
+# those, and refuse a kind chosen another way (an EAGLE-3 drafter: its file, named as
+# the draft model) or none at all.
+
+DRAFTER_COMMANDS = (["generate", "-p", "hi"], ["chat"], ["serve"], ["bench"], [])
+
+
+def test_every_front_end_offers_the_declared_drafters(tmp_path, qtbot):
+    from app.drafter_kinds import choices, declared
+    from app.ui.settings_dialog import SettingsDialog
+
+    dialog = SettingsDialog(Settings())
+    qtbot.addWidget(dialog)
+    box = dialog.editors["drafter"]
+    assert tuple(box.itemData(i) for i in range(box.count())) == choices()
+    assert tuple(box.itemText(i) for i in range(box.count())) == tuple(s.label for s in declared() if s.choosable)
+    refused = [str(s.kind) for s in declared() if not s.choosable] + ["none", "ngram"]
+    assert refused[0] == "eagle3"
+    for value, inside in [(v, True) for v in choices()] + [(v, False) for v in refused]:
+        said = {"settings.json": settings_file_keeps(tmp_path, "drafter", value),
+                "Settings": _settings_take("drafter", value)}
+        for command in DRAFTER_COMMANDS:
+            try:
+                build_parser().parse_args([*command, "--drafter", value])
+                said[" ".join(command) or "tandem"] = True
+            except SystemExit:
+                said[" ".join(command) or "tandem"] = False
+        assert set(said.values()) == {inside}, (value, said)

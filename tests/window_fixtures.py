@@ -56,8 +56,10 @@ def demo_settings(demo_models, **changes):
 
 @pytest.fixture
 def make_window(qtbot, qasync_loop):
-    """Build a MainWindow: the real engine by default, or ``loader=`` a fake one."""
-    from app.bridge.worker import EngineClient
+    """Build a MainWindow: the real engine process by default, or the engine host on a
+    thread loading with ``loader=`` (tests/bridge/fakes.py)."""
+    from bridge.fakes import scripted_client
+
     from app.storage.settings import LoadedSettings, Settings
     from app.window.main_window import MainWindow
 
@@ -67,7 +69,7 @@ def make_window(qtbot, qasync_loop):
         loaded = loaded or LoadedSettings(settings or Settings(), notice)
         # A real load with no target would provision the demo pair into tmp_path.
         assert loader is not None or loaded.settings.target_path, "give the real engine model paths"
-        client = EngineClient(loader=loader) if loader is not None else None
+        client = scripted_client(loader) if loader is not None else None
         window = MainWindow(loaded, client=client, **window_options)
         qtbot.addWidget(window)
         window.show()

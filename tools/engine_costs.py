@@ -8,7 +8,7 @@ Each run starts fresh Python processes, alternating the modes so a machine's dri
 falls on both alike:
 
 - ``cli``: the command line's path (``load_session``, then ``ChatSession.reply``), no window;
-- ``thread``: the window with the engine on a thread of its own process (as before);
+- ``thread``: the window with the engine host on a thread of its own process;
 - ``process``: the window with its engine process, started and asked for the models
   before the window's own modules are imported (as ``app.cli.gui.launch`` does now);
 - ``late`` (not in the default list): the engine process started by the window itself,
@@ -79,8 +79,9 @@ if mode == "process":  # as app.cli.gui.launch does: the engine starts, and is a
 from app.window.main_window import MainWindow
 
 if mode == "thread":
-    from app.bridge.worker import EngineClient
-    client = EngineClient()
+    from app.bridge.engine_process import EngineProcessClient
+    from app.enginehost.thread_link import thread_link
+    client = EngineProcessClient(start_link=thread_link())
 window = MainWindow(LoadedSettings(settings, None), client=client)
 window.show()
 result = {}
@@ -93,7 +94,7 @@ def on_loaded(info):
 def on_finished(reply):
     wall = time.perf_counter() - result.pop("sent")
     result.update(tokens=len(reply.events), tok_s=len(reply.events) / wall, window_mib=rss(),
-                  engine_mib=rss(window.client.pid) if hasattr(window.client, "pid") else 0.0)
+                  engine_mib=rss(window.client.pid) if window.client.separate_process else 0.0)
     print(json.dumps(result), flush=True)
     window.close()
     app.quit()

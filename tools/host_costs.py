@@ -59,6 +59,7 @@ class ReplayModel:
     # buffer (timed: the "llama.cpp" part); ``evaluate`` copies rows out unless the
     # engine borrows them (the landed engine never asks).
     lends_logits = True
+    keeps_states = False
 
     def __init__(self, n_vocab, seed, agree):
         rng = np.random.default_rng(seed)

@@ -5,9 +5,10 @@
     QT_QPA_PLATFORM=offscreen python tools/stream_bench.py     # without a display
     QT_QPA_PLATFORM=offscreen python tools/stream_bench.py --tokens 4000 --markdown off
 
-A synthetic engine on the real worker thread yields TokenEvents at ``rate``
-tokens/s in rounds, as a speculating GPU would; they travel the same mailbox ->
-``EngineClient.tokens`` -> ``MainWindow`` -> ``ChatView`` path as real replies.
+A synthetic session in the real engine host (on a thread, or in its own process)
+yields TokenEvents at ``rate`` tokens/s in rounds, as a speculating GPU would; they
+travel the same channel -> ``EngineProcessClient.tokens`` -> ``MainWindow`` ->
+``ChatView`` path as real replies.
 Meanwhile a 5 ms precise timer on the UI thread measures how late it fires: the
 worst lateness is the longest the event loop was blocked. Issue 3's budget is
 50 ms. Not a unit test: timings depend on the machine and its load.
@@ -33,7 +34,7 @@ from PySide6.QtCore import QEvent, QEventLoop, QObject, Qt, QTimer
 from PySide6.QtWidgets import QApplication
 
 from app.bridge.engine_process import EngineProcessClient
-from app.bridge.worker import EngineClient
+from app.enginehost.thread_link import thread_link
 from app.session import protocol
 from app.vocabulary import MessageState
 
@@ -88,9 +89,9 @@ class StreamBenchResult:
 def run_stream_bench(rate: float = 2000.0, seconds: float = 10.0, *, show: bool = True,
                      tokens: int | None = None, markdown: bool = True, engine: str = "thread") -> StreamBenchResult:
     """Stream ``rate`` tokens/s for ``seconds`` (or ``tokens`` tokens) into a real MainWindow;
-    needs a QApplication. ``engine``: the synthetic engine on the window's engine thread
-    ("thread", as before the engine had a process) or in a real engine process ("process",
-    as the app runs: every batch crosses the local channel)."""
+    needs a QApplication. ``engine``: the engine host on a thread of this process
+    ("thread") or in a real engine process ("process", as the app runs: every batch
+    crosses a process boundary)."""
     from app.storage.settings import LoadedSettings, Settings
     from app.window.main_window import MainWindow
 
@@ -104,7 +105,8 @@ def run_stream_bench(rate: float = 2000.0, seconds: float = 10.0, *, show: bool 
                                   synthetic_stream.STREAM_ENV: f"{rate},{total}"})
         client = EngineProcessClient(env=env)
     else:
-        client = EngineClient(loader=lambda spec, progress: SyntheticModels(rate, seconds, total))
+        client = EngineProcessClient(start_link=thread_link(lambda spec, progress: SyntheticModels(rate, seconds,
+                                                                                                   total)))
     settings = Settings(target_path="synthetic", max_tokens=total + ROUND)
     window = MainWindow(LoadedSettings(settings, None), client=client)
     window.chat_view.set_markdown(markdown)

@@ -102,9 +102,19 @@ def markdown_pieces(total: int) -> list[str]:
     return pieces[:total]
 
 
+class NoStatesTarget:
+    """A target whose cache the chats' kept states pass by."""
+
+    keeps_states = False
+    tokens: list[int] = []
+
+
 class SyntheticModels:
+    """A loaded session as the engine host uses one (``app.session.chat.ChatSession``)."""
+
     def __init__(self, rate: float, seconds: float, tokens: int | None = None) -> None:
         self.engine = SyntheticEngine(rate, seconds, tokens)
+        self.target = NoStatesTarget()
         self.info = LoadInfo(target_name="synthetic stream", target_path="", drafter=DrafterKind.MODEL,
                              draft_name="synthetic draft", speculation_available=True)
 

@@ -23,12 +23,12 @@ from app.engine.errors import EngineError
 from app.engine.gguf.compact_head import FORMAT, CompactHeadError, compact_plan, write_compact_head
 from app.engine.gguf.model_file import ModelFile, open_model_file
 from app.storage import paths
+from app.storage.paths import DISK_RESERVE
 from app.system_memory import available_ram
 
 log = logging.getLogger("tandem.heads")
 
 HEADS_KEPT = 4
-DISK_RESERVE = 2 << 30  # never leave less than this free on the disk
 STALE_PARTIAL_S = 3600  # a partial copy this old was left by a process that died writing it
 
 

@@ -7,26 +7,23 @@ Every model file is trial-loaded in a child process before its first load here
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from app.backends.drafter_factories import Built, DrafterLoad, LoadProgress, checked
 from app.backends.llama import rpc
-from app.backends.head_files import compact_head_for, forget
+from app.backends.head_files import compact_head_for
 from app.backends.llama.backend import LlamaBackend
 from app.backends.model_check import require_model_runs
-from app.engine.speculation.drafter_interface import Drafter
-from app.engine.speculation.drafters import EagleDrafter, HeadDrafter, LookupDrafter, ModelDrafter
+from app.drafter_kinds import KindSpec, Needs, needs, runs_as, spec_of
 from app.engine.errors import EngineError
-from app.engine.speculation.lookahead import LookaheadDrafter
 from app.engine.gguf.meta import Compatibility, pair_verdict
 from app.engine.gguf.model_file import ModelFile, open_model_file
 from app.engine.speculation.speculative import SpeculativeEngine
-from app.engine.speculation.text_bridge import BridgeMode, TextBridge
+from app.engine.speculation.text_bridge import BridgeMode
 from app.engine.types import SPECULATION_OFF, DrafterKind
-
-# (what is loading, fraction done) -> False to cancel
-LoadProgress = Callable[[str, float], bool | None]
 
 
 @dataclass
@@ -54,15 +51,6 @@ def check_pair(target: str | Path | ModelFile, draft: str | Path | ModelFile, *,
     return result
 
 
-def _checked(path: ModelFile, what: str, report: LoadProgress) -> Callable[[float], bool | None]:
-    """Trial-load ``path`` (first half of its progress bar, when a trial runs); returns
-    the progress callback for the real load (the rest of the bar)."""
-    check = require_model_runs(path, progress=lambda f: report(what, f / 2))
-    if check.cached:
-        return lambda f: report(what, f)
-    return lambda f: report(what, 0.5 + f / 2)
-
-
 def load_pair(target_path: str | Path, draft_path: str | Path | None = None, *,
               drafter: DrafterKind = DrafterKind.MODEL, n_ctx: int = 4096, target_gpu_layers: int = -1,
               draft_gpu_layers: int = -1, n_threads: int = 0, flash_attention: str = "auto",
@@ -75,19 +63,23 @@ def load_pair(target_path: str | Path, draft_path: str | Path | None = None, *,
     A draft of another vocabulary drafts through text (``TextBridge``), in ``through_text``
     mode: "auto" lets its policy turn it off where it does not pay, "on" always drafts.
 
-    A target that ships an MTP head drafts with it when no draft model is named, or when
-    ``drafter`` is ``MTP``; a head this llama.cpp cannot run (``mtp_head_problem``, judged
-    from the header, before llama.cpp could abort on it) leaves the engine plain, saying why."""
+    The drafter is the kind ``app/drafter_kinds.py`` declares for ``drafter``, or for a
+    draft file's architecture (an ``eagle3`` file named as the draft model runs as
+    ``EAGLE3``), built by that kind's factory once the target is loaded. A target that
+    ships an MTP head drafts with it when no draft model is named, or when ``drafter`` is
+    ``MTP``; a head this llama.cpp cannot run (``mtp_head_problem``, judged from the
+    header, before llama.cpp could abort on it) leaves the engine plain, saying why."""
     report = progress or (lambda what, fraction: None)
     # Each file resolved and its header read once; the pair check, the trial load and the
     # backend all take the same ModelFile.
     target_path = open_model_file(target_path)
-    if drafter == DrafterKind.MODEL and draft_path:
-        draft_path = open_model_file(draft_path)
+    draft_file = open_model_file(draft_path) if draft_path and needs(drafter) is Needs.DRAFT_FILE else None
     compatibility = None
-    if drafter == DrafterKind.MODEL and draft_path:
-        compatibility = check_pair(target_path, draft_path, trial=False)  # each is tried before it loads
+    if draft_file is not None:
+        compatibility = check_pair(target_path, draft_file, trial=False)  # each is tried before it loads
     head, head_note = own_head(target_path, drafter, bool(draft_path))
+    # The kind that runs: the target's head where it drafts, else what a draft file declares.
+    kind = DrafterKind.MTP if head else runs_as(drafter, draft_file.metadata.architecture) if draft_file else drafter
     devices = target_devices(rpc_workers, tensor_split)  # a worker not there: one line, before any load
     # A float head drafting on this CPU drafts from a compact copy (head_files.py); the
     # target then leaves its own MTP blocks unloaded.
@@ -96,50 +88,26 @@ def load_pair(target_path: str | Path, draft_path: str | Path | None = None, *,
         compact = compact_head_for(target_path, lambda f: report("compact MTP head", f))
     target = _load_target(target_path, devices, rpc_workers, tensor_split, n_ctx=n_ctx,
                           n_gpu_layers=target_gpu_layers, n_threads=n_threads, flash_attention=flash_attention,
-                          progress=_checked(target_path, "target", report), load_mtp=head and compact is None)
-    draft_model: LlamaBackend | None = None
-    chosen: Drafter | None = None
-    note = ""
+                          progress=checked(target_path, "target", report), load_mtp=head and compact is None)
     try:
-        if head:
-            try:
-                chosen = HeadDrafter(target.mtp_head(compact), target.n_vocab, eog_ids=target.eog_ids)
-            except EngineError as exc:
-                note = f"its MTP head could not run: {exc}"
-                if compact is not None:
-                    forget(compact)  # made again at the next load
-        elif head_note:
-            note = head_note
-        elif drafter == DrafterKind.MODEL and draft_path and compatibility.reads_target:
-            try:  # an EAGLE-3 drafter: a head of the target's, from a file of its own
-                _checked(draft_path, "draft", report)(1.0)  # its trial load, before this process loads it
-                head_model = target.eagle_head(draft_path, draft_path.metadata.eagle3_layers, draft_gpu_layers)
-                chosen = EagleDrafter(head_model, target.n_vocab, eog_ids=target.eog_ids)
-            except EngineError as exc:
-                note = f"the EAGLE-3 drafter could not run: {exc}"
-        elif drafter == DrafterKind.MODEL and draft_path:
-            if compatibility.ok:
-                draft_model = LlamaBackend(draft_path, n_ctx=target.n_ctx, n_gpu_layers=draft_gpu_layers,
-                                           n_threads=n_threads, flash_attention=flash_attention,
-                                           exact_batches=False,  # a draft's logits only steer guesses
-                                           rs_snapshots=0,  # its single-token steps leave none to use
-                                           progress=_checked(draft_path, "draft", report))
-                chosen = (TextBridge(draft_model, target, through_text) if compatibility.through_text else
-                          ModelDrafter(draft_model, target.n_vocab, eog_ids=target.eog_ids))
-            else:
-                note = compatibility.reason
-        elif drafter == DrafterKind.MODEL:
-            note = "no draft model is set"
-        elif drafter == DrafterKind.LOOKUP:
-            chosen = LookupDrafter(target.n_vocab, eog_ids=target.eog_ids)
-        elif drafter == DrafterKind.LOOKAHEAD:
-            chosen = LookaheadDrafter(target.n_vocab, eog_ids=target.eog_ids)
+        spec = spec_of(kind)
+        if head_note:
+            built = Built(None, note=head_note)
+        elif spec is None:
+            built = Built(None, note=SPECULATION_OFF)
         else:
-            note = SPECULATION_OFF
+            built = factory(spec)(DrafterLoad(target, draft_file, compatibility, compact, draft_gpu_layers, n_threads,
+                                              flash_attention, through_text, report))
     except BaseException:
         target.close()
         raise
-    return LoadedPair(SpeculativeEngine(target, chosen, note=note), target, draft_model, compatibility)
+    return LoadedPair(SpeculativeEngine(target, built.drafter, note=built.note), target, built.draft, compatibility)
+
+
+def factory(spec: KindSpec) -> Callable[[DrafterLoad], Built]:
+    """The function ``spec.factory`` names ("module:function")."""
+    module, _, name = spec.factory.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def own_head(target: ModelFile, drafter: DrafterKind, draft_named: bool) -> tuple[bool, str]:

@@ -48,7 +48,7 @@ from app.storage.settings import number_range
 from app.errors import TandemError
 from app.terminal.prompt_files import read_jsonl, text_field
 from app.engine.speculation.draft_policy import draft_policy
-from app.engine.types import COPY_MIN, SamplingConfig, SpecConfig, Stats
+from app.engine.types import COPY_MIN, DrafterKind, SamplingConfig, SpecConfig, Stats
 
 DEFAULT_REPEAT = 3  # runs per prompt and setting when --repeat is not given
 # Two prompts per Spec-Bench category, written for Tandem and shipped in the package, so the
@@ -281,21 +281,21 @@ def _threads_now(session) -> dict:
 
 
 def _lookahead_verdict(drafter) -> dict | None:
-    """What lookahead's policy concluded over the run (None: another drafter)."""
-    policy = getattr(drafter, "policy", None)
-    if policy is None or not hasattr(drafter, "pool"):
+    """What lookahead's policy concluded over the run (None: another kind drafted)."""
+    if drafter.kind != DrafterKind.LOOKAHEAD:
         return None
+    policy = drafter.policy
     on, off = policy.rates(None)
     note = policy.note or (f"its window paid here ({on:.1f} tokens/s with it), kept" if on else "its window never rode")
     return {"note": note, "window_off": policy.off, "tokens_per_second_with_window": round(on, 2),
             "tokens_per_second_without": None if off is None else round(off, 2), "pool_ngrams": len(drafter.pool)}
 
 
-def _bridge_verdict(drafter) -> dict | None:
-    """What drafting through text cost and concluded over the run (None: another drafter)."""
-    from app.engine.speculation.text_bridge import TextBridge
-
-    if not isinstance(drafter, TextBridge):
+def _bridge_verdict(drafter, compatibility) -> dict | None:
+    """What drafting through text cost and concluded over the run (None: nothing drafted
+    through text). A draft model whose pair check says "through text" drafts through a
+    ``TextBridge`` (app/backends/drafter_factories.py)."""
+    if drafter.kind != DrafterKind.MODEL or compatibility is None or not compatibility.through_text:
         return None
     s = drafter.stats
     note = drafter.policy.note or f"drafted through text (policy {drafter.policy.mode}), kept on"
@@ -342,7 +342,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             threads["busy"] = _threads_now(session)
         progress.done()
         window = _lookahead_verdict(session.engine.drafter)
-        bridge = _bridge_verdict(session.engine.drafter)
+        bridge = _bridge_verdict(session.engine.drafter, session.compatibility)
     finally:
         session.close()
     if window is not None:

@@ -1,9 +1,10 @@
-"""What the window asks of an engine, whichever one it holds.
+"""What the window asks of its engine: every member it uses, declared here.
 
-Two clients implement it: ``app.bridge.engine_process.EngineProcessClient``, the engine
-in a process of its own (what the app runs), and ``app.bridge.worker.EngineClient``, the
-engine on a thread of this process (tests and tools). The controllers of ``app.window``
-are written against this Protocol and import it for their annotations only.
+``app.bridge.engine_process.EngineProcessClient`` implements it, over a link to the
+engine host in a process of its own (what the app runs) or on a thread (tests and
+tools, ``app.enginehost.thread_link``). The controllers of ``app.window`` are written
+against this Protocol and import it for their annotations only; none asks a client
+what it is.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ if TYPE_CHECKING:
     from PySide6.QtCore import SignalInstance
 
     from app.engine.types import SamplingConfig, SpecConfig
+    from app.session import protocol as p
     from app.session.chat_types import LoadInfo
     from app.session.config import ModelSpec
 
@@ -28,6 +30,10 @@ class Engine(Protocol):
       failed(request_id, message)
       busy_changed(bool)               a reply is being generated
       checked(SelfTestReport | message)
+      died(line)                       the engine is gone, in one line (``load`` starts a fresh one)
+      hung(seconds)                    no progress for that long; hung(0) when it moves again
+      serving(url, error)              the local server's state
+      served(record)                   a request the local server served
     """
 
     load_progress: SignalInstance
@@ -38,9 +44,17 @@ class Engine(Protocol):
     failed: SignalInstance
     busy_changed: SignalInstance
     checked: SignalInstance
-    # In a process of its own, the engine can die and be restarted (``died``, ``hung``,
-    # ``restart``, ``end_engine``): the window then keeps a controller for that.
+    died: SignalInstance
+    hung: SignalInstance
+    serving: SignalInstance
+    served: SignalInstance
+    # An engine apart (a process of its own) can die, hang and be restarted on its own:
+    # the window then keeps a controller for that. One on a thread goes with the window.
     separate_process: bool
+    died_loading: bool   # the last death came while models loaded
+
+    @property
+    def alive(self) -> bool: ...
 
     @property
     def spec(self) -> ModelSpec | None: ...
@@ -73,5 +87,20 @@ class Engine(Protocol):
         ...
 
     def stop(self, request_id: int | None = None) -> None: ...
+
+    def serve(self, host: str, port: int, *, sampling: SamplingConfig, spec: SpecConfig,
+              max_tokens_limit: int) -> p.Serving:
+        """Start the local server beside the engine; its address, or why not."""
+        ...
+
+    def stop_serving(self) -> None: ...
+
+    def restart(self) -> None:
+        """A fresh engine, the old one ended first."""
+        ...
+
+    def end_engine(self) -> None:
+        """End an engine that stopped answering: it dies as any other death does."""
+        ...
 
     def shutdown(self) -> None: ...

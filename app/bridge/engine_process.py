@@ -1,12 +1,13 @@
-"""The window's handle on the engine process: ``EngineClient``'s signals and requests,
-with llama.cpp in a process of its own (``app.enginehost``), so the window outlives it.
+"""The window's handle on the engine: the one ``app.bridge.client.Engine``. The engine runs
+in a process of its own (``app.enginehost``), so the window outlives it; tests and tools
+may give it a link to the same host on a thread (``app.enginehost.thread_link``).
 
 The link's reader thread drops the engine's messages in a mailbox and nudges the UI
 thread only when the box goes from empty to non-empty; the UI thread empties it at most
 every ``DRAIN_INTERVAL_MS`` and merges a reply's token batches, so a fast stream costs
-~30 repaints a second, as with the engine thread before.
+~30 repaints a second.
 
-Beyond ``EngineClient``'s signals:
+Beyond the signals every engine has (``app.bridge.client.Engine``):
   died(line)           the engine is gone, in one line; replies in progress end first
                        (the chat marks them interrupted); ``load`` starts a fresh engine
   hung(seconds)        the engine has made no progress (or not answered) for that long;
@@ -27,20 +28,14 @@ from app.engine.types import SamplingConfig, SpecConfig
 from app.session import protocol as p
 from app.session.chat_types import LoadInfo
 from app.session.config import ModelSpec
-from app.session.engine_link import EngineLink
+from app.session.engine_link import Link, StartLink, process_link
 
 DRAIN_INTERVAL_MS = 33      # at most ~30 token batches (and repaints) per second
 HEARTBEAT_MS = 1000
 SERVE_SECONDS = 20.0        # the local server's start, at most
 
 
-class _Death:
-    def __init__(self, line: str) -> None:
-        self.line = line
-
-
 class EngineProcessClient(QObject):
-    separate_process = True  # (app.bridge.client.Engine) it can die, hang and restart
     load_progress = Signal(str, float)
     loaded = Signal(object)
     load_failed = Signal(str)
@@ -57,9 +52,12 @@ class EngineProcessClient(QObject):
 
     hang_seconds = 60.0  # no progress for this long while busy or loading: a hung engine
 
-    def __init__(self, parent: QObject | None = None, *, env: dict | None = None) -> None:
+    def __init__(self, parent: QObject | None = None, *, env: dict | None = None,
+                 start_link: StartLink | None = None) -> None:
+        """``env``: the engine process's environment (None: this one's); ``start_link``:
+        another kind of engine (default: a process started with ``env``)."""
         super().__init__(parent)
-        self._env = env
+        self._start_link = start_link or process_link(env)
         self._box: list = []
         self._box_lock = threading.Lock()
         self._arrived.connect(self._schedule_drain)
@@ -88,8 +86,10 @@ class EngineProcessClient(QObject):
         self.death: str | None = None       # the last death's line, until a fresh engine starts
         self.died_loading = False            # that death came while models loaded
         self._hung_reported = False
-        self._link: EngineLink | None = None
+        self._link: Link | None = None
         self._start_engine()
+        # (Engine) an engine apart can die, hang and restart: the window keeps a controller for that
+        self.separate_process = self._link.separate_process
         app = QCoreApplication.instance()
         if app is not None:
             app.aboutToQuit.connect(self.shutdown)
@@ -215,8 +215,8 @@ class EngineProcessClient(QObject):
         self.death, self.died_loading, self._hung_reported = None, False, False
         self._pong_at = time.monotonic()
         self._stuck = 0.0
-        link = EngineLink(lambda message: self._post(link, message), lambda line: self._post(link, _Death(line)),
-                          env=self._env)
+        link = self._start_link(lambda message: self._post(link, message),
+                                lambda line: self._post(link, p.Died(line)))
         self._link = link
         link.start()
         self._heartbeat.start()
@@ -227,7 +227,7 @@ class EngineProcessClient(QObject):
             link.close()
         self._active.clear()
 
-    def _post(self, link: EngineLink, message) -> None:
+    def _post(self, link: Link, message) -> None:
         """On the link's thread: into the box, and a nudge when the box was empty."""
         if isinstance(message, p.Serving):
             self._served_answer = message
@@ -290,7 +290,7 @@ class EngineProcessClient(QObject):
             self.serving.emit(message.url, message.error)
         elif isinstance(message, p.Served):
             self.served.emit(message.record)
-        elif isinstance(message, _Death):
+        elif isinstance(message, p.Died):
             self._on_death(message.line)
 
     def _on_failed(self, message: p.Failed) -> None:

@@ -11,7 +11,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.engine.types import DrafterKind
+from app.drafter_kinds import DEFAULT as DEFAULT_DRAFTER
+from app.drafter_kinds import Needs, needs, runs_as
 from app.terminal.prompt_files import read_jsonl, seed_field, text_field
 from app.terminal.shared import (
     TerminalProgress,
@@ -54,7 +55,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     session = load(args, progress)
     try:
         compatibility = session.compatibility
-        if args.drafter == DrafterKind.MODEL and compatibility and not compatibility.ok and not args.no_speculation:
+        if needs(args.drafter) is Needs.DRAFT_FILE and compatibility and not compatibility.ok and not args.no_speculation:
             print(f"tandem: {compatibility.reason}; generating without speculation", file=sys.stderr)
         spec = spec_from(args)
         for job in jobs:
@@ -89,12 +90,15 @@ def cmd_check_pair(args: argparse.Namespace) -> int:
 
     target, draft = open_model_file(args.target_path), open_model_file(args.draft_path)  # each read once
     result = check_pair(target, draft)
+    # The kind the draft runs as, named as the draft model (app/drafter_kinds.py): "eagle3"
+    # for an EAGLE-3 drafter file, "model" for a draft model.
+    drafter = runs_as(DEFAULT_DRAFTER, draft.metadata.architecture)
     heads = head_notes(target, draft)
     memory = memory_lines(target, draft)
     if args.json:
-        # "not_used": the lines about heads Tandem does not use, as before "heads" came.
+        # "not_used": the lines about heads Tandem does not use (a subset of "heads", kept for scripts that read it).
         not_used = [line for line in heads if ": not used yet: " in line]
-        print(json.dumps({"compatible": result.ok, "through_text": result.through_text,
+        print(json.dumps({"compatible": result.ok, "drafter": str(drafter), "through_text": result.through_text,
                           "reads_target": result.reads_target, "rule": result.rule,
                           "reason": result.reason, "heads": heads, "not_used": not_used, "memory": memory}))
     else:

@@ -20,11 +20,11 @@ import sys
 from pathlib import Path
 
 from app.backends.build_check import BuildCheck, check_llama_build
-from app.engine.types import DrafterKind
+from app.drafter_kinds import DEFAULT as DEFAULT_DRAFTER
 from app.logs import FILE_ONLY
 
 # Command-line model options (app.cli.main) and the defaults they have when not given.
-_OVERRIDES = (("target", "target_path", None), ("draft", "draft_path", None), ("drafter", "drafter", DrafterKind.MODEL),
+_OVERRIDES = (("target", "target_path", None), ("draft", "draft_path", None), ("drafter", "drafter", DEFAULT_DRAFTER),
               ("n_ctx", "n_ctx", 4096), ("threads", "n_threads", 0), ("gpu_layers", "target_gpu_layers", "auto"),
               ("draft_gpu_layers", "draft_gpu_layers", None), ("flash_attn", "flash_attention", "auto"))
 
@@ -37,7 +37,7 @@ def settings_overrides(args: argparse.Namespace) -> dict:
         if value is not None and value != default:
             overrides[setting] = str(Path(value).expanduser().resolve()) if isinstance(value, Path) else value
     if "target_gpu_layers" in overrides and getattr(args, "draft_gpu_layers", None) is None:
-        overrides["draft_gpu_layers"] = overrides["target_gpu_layers"]  # -ngl alone sets both, as before
+        overrides["draft_gpu_layers"] = overrides["target_gpu_layers"]  # -ngl alone sets both, as for the command line's other commands
     return overrides
 
 

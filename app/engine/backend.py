@@ -22,6 +22,10 @@ class ModelBackend(Protocol):
     eog_ids: frozenset[int]        # every end-of-generation token (EOS, EOT, ...)
     chat_template: str | None
     name: str
+    # The cache can be copied out as a ``CacheImage`` and put back (``KeepsStates``): what
+    # the keepers of the target's states (app/session/kept_states.py) and ``tandem serve``'s
+    # pauses (app/server/interleave.py) ask of a target. False: they leave its cache alone.
+    keeps_states: bool
 
     @property
     def tokens(self) -> list[int]:
@@ -121,19 +125,20 @@ def borrow_tree(backend: TreeBackend, tokens: Sequence[int], parents: Sequence[i
 
 @dataclass(frozen=True)
 class CacheImage:
-    """What a backend's cache holds, as plain data that can go to a file and come back
-    (``app/session/chat_states.py``): its tokens, llama.cpp's sequence state, the rows an
-    MTP head reads (rows, known) if it has one, and what the state only fits
-    (``identity``: the model file, context size, flash attention, llama.cpp's version)."""
+    """What a backend's cache holds, as plain data that can be kept in memory, go to a
+    file and come back (``app/session/kept_states.py``): its tokens, llama.cpp's sequence
+    state, the rows an MTP head reads (rows, known) if it has one, and what the state only
+    fits (``identity``: the model file, context size, flash attention, llama.cpp's version)."""
 
     tokens: list[int]
-    state: bytes
+    state: bytes | bytearray  # a bytearray where the backend wrote it in place (no copy)
     identity: dict
     rows: tuple[np.ndarray, np.ndarray] | None = None
 
 
-class ImageBackend(ModelBackend, Protocol):
-    """A backend whose cache can be saved as a ``CacheImage`` and put back."""
+class KeepsStates(ModelBackend, Protocol):
+    """A backend whose ``keeps_states`` is True: its cache can be saved as a ``CacheImage``
+    and put back."""
 
     cache_identity: dict
 

@@ -103,7 +103,7 @@ class Outbox:
                 self._sending = True
             try:
                 for item in items:
-                    self._conn.send(item)
+                    self._send(item)
             except (OSError, EOFError, ValueError):
                 with self._cond:  # the front end is gone; the reader ends the process
                     self._closed, self._sending, self._items = True, False, []
@@ -112,6 +112,16 @@ class Outbox:
             with self._cond:
                 self._sending = False
                 self._cond.notify_all()
+
+    def _send(self, item) -> None:
+        try:
+            self._conn.send(item)
+        except (OSError, EOFError, ValueError):
+            raise
+        except Exception as exc:  # noqa: BLE001 — it did not pickle: nothing was written
+            log.exception("A %s could not be sent", type(item).__name__)
+            if isinstance(item, (p.Tokens, p.Finished, p.Failed)):  # its reply ends, in one line, not never
+                self._conn.send(p.Failed(item.request_id, f"The engine could not send its reply: {one_line(exc)}"))
 
 
 class TestHooks:
@@ -156,8 +166,12 @@ def _count(value: str | None) -> int:
 
 
 class EngineHost:
-    def __init__(self, conn, loader: Callable = load_models, hooks: TestHooks | None = None) -> None:
+    def __init__(self, conn, loader: Callable = load_models, hooks: TestHooks | None = None, *,
+                 front_end_gone: Callable[[], None] | None = None) -> None:
+        """``front_end_gone``: what happens when the channel closes (default: the process
+        ends at once, ``parent_gone``; an engine on a thread ends its loop instead)."""
         self.conn = conn
+        self._front_end_gone = front_end_gone or parent_gone
         self.out = Outbox(conn)
         self._hooks = hooks or TestHooks()
         self._loader = self._hooks.load_function() or loader
@@ -174,6 +188,10 @@ class EngineHost:
         self.server = EngineServer(self)
 
     # --- the engine thread --------------------------------------------------------------------
+
+    def end(self) -> None:
+        """End the engine thread's loop after what is queued (any thread)."""
+        self._tasks.put(None)
 
     def run(self) -> int:
         self.out.put(p.Ready(os.getpid(), _chat_formats()))
@@ -265,7 +283,7 @@ class EngineHost:
             self.out.put(p.Failed(rid, one_line(exc)))
             return
         abort_after, hang_after = self._hooks.abort_after, self._hooks.hang_after
-        self.chat_states.before(getattr(session, "target", None), message.chat, getattr(prompt, "tokens", ()))
+        self.chat_states.before(session.target, message.chat, prompt.tokens)
         try:
             generation = session.generate(prompt, message.sampling, message.spec, message.max_tokens, cancel,
                                           replaced=message.replaced)
@@ -310,31 +328,20 @@ class EngineHost:
         """Before something that is not a chat's reply uses the cache (a served request):
         the chat it holds goes to disk first."""
         if self.session is not None:
-            self.chat_states.before(getattr(self.session, "target", None), None, ())
+            self.chat_states.before(self.session.target, None, ())
 
     def _close_models(self) -> None:
         if self.session is not None:
             session, self.session = self.session, None
-            self.chat_states.park(getattr(session, "target", None))  # (a test's synthetic one has none)
+            self.chat_states.save_held(session.target)
             self.chat_states.release()
             session.close()
 
     # --- the reader thread --------------------------------------------------------------------
 
     def _read(self) -> None:
-        while True:
-            try:
-                message = self.conn.recv()
-            except (EOFError, OSError):
-                parent_gone()
-                return
-            except Exception:  # noqa: BLE001 — a message that does not unpickle is skipped
-                log.exception("An unreadable message")
-                continue
-            try:
-                self._handle(message)
-            except Exception:  # noqa: BLE001
-                log.exception("Handling %s failed", type(message).__name__)
+        p.receive(self.conn, self._handle)
+        self._front_end_gone()
 
     def _handle(self, message) -> None:
         if isinstance(message, p.Ping):
@@ -363,7 +370,7 @@ class EngineHost:
             self.wanted_load = -1  # abandons a load in progress
             self._handle(p.Stop())
             self.server.cancel_all()
-            self._tasks.put(None)
+            self.end()
 
 
 def parent_gone() -> None:

@@ -15,7 +15,7 @@ from app.hub.files import HubFile, parse_file
 class Pick:
     name: str
     gpu_gb: float           # the least GPU memory that holds the pair (0: a CPU will do)
-    drafter: str            # "model": a draft file; "mtp": the target's own head
+    drafter: str            # a drafter kind's word (app/drafter_kinds.py): "model", "mtp"
     target: HubFile
     draft: HubFile | None
     note: str

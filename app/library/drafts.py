@@ -24,6 +24,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.drafter_kinds import recognised_architectures
 from app.engine.errors import ModelFileError
 from app.engine.gguf.draft_heads import HIDDEN_STATE_DRAFTERS
 from app.engine.gguf.meta import ModelMetadata, check_compatibility, pair_verdict
@@ -96,9 +97,10 @@ def find_drafts(target: LibraryEntry, library: list[LibraryEntry]) -> list[Draft
 
 def _reader_of_layers(target: ModelMetadata | None, target_error: str | None, entry: LibraryEntry,
                       ratio: float) -> DraftCandidate:
-    """A drafter file that reads its target's hidden states: an EAGLE-3 drafter drafts
-    for a target whose layers it can read (``pair_verdict``); the others cannot run yet."""
-    if entry.architecture != "eagle3":
+    """A drafter file that reads its target's hidden states: one whose architecture a
+    drafter kind declares (app/drafter_kinds.py: an EAGLE-3 drafter) drafts for a target
+    whose layers it can read (``pair_verdict``); the others cannot run yet."""
+    if entry.architecture not in recognised_architectures():
         return DraftCandidate(entry, False, f"{HIDDEN_STATE_DRAFTERS[entry.architecture]}, which Tandem cannot "
                                             "run yet", ratio, False, False)
     draft, error = _read(entry)

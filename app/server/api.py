@@ -33,6 +33,7 @@ from app.server.responses import add_responses_routes
 from app.server.requests import Defaults, JobSpec, chat_job, completion_job, parse_json
 from app.server.tools import CallItem
 from app.server.worker import Delta, EngineWorker, Job, Outcome
+from app.session.chat_types import LoadInfo
 
 log = logging.getLogger(__name__)
 
@@ -40,18 +41,19 @@ log = logging.getLogger(__name__)
 def create_app(worker: EngineWorker, *, model_id: str, defaults: Defaults, info=None,
                api_key: str | None = None, max_body: int = DEFAULT_MAX_BODY, cors_origins=(), allowed_hosts=(),
                model_aliases=()):
-    """The ASGI application: FastAPI's routes inside the guard (and CORS when asked)."""
+    """The ASGI application: FastAPI's routes inside the guard (and CORS when asked).
+    ``info``: what was loaded (``LoadInfo``); None says only ``model_id``."""
+    info = info if info is not None else LoadInfo(target_name=model_id, target_path="")
     app = FastAPI(title="Tandem", docs_url=None, redoc_url=None, openapi_url=None)
     created = int(time.time())
 
     @app.get("/health")
     async def health():
-        return {"status": "ok", "model": model_id, "draft": getattr(info, "draft_name", ""),
-                "speculation": bool(getattr(info, "speculation_available", False)), "waiting": worker.waiting,
+        return {"status": "ok", "model": model_id, "draft": info.draft_name,
+                "speculation": info.speculation_available, "waiting": worker.waiting,
                 # the memory plan the models were loaded with (app/session/fit.py)
-                "memory": {"plan": getattr(info, "memory_plan", ""), "gpu_layers": list(getattr(info, "gpu_layers", ())),
-                           "planned_gpu_bytes": getattr(info, "planned_gpu_bytes", 0),
-                           "allocated_bytes": getattr(info, "allocated_bytes", 0)}}
+                "memory": {"plan": info.memory_plan, "gpu_layers": list(info.gpu_layers),
+                           "planned_gpu_bytes": info.planned_gpu_bytes, "allocated_bytes": info.allocated_bytes}}
 
     model = {"id": model_id, "object": "model", "created": created, "owned_by": "tandem"}
 
@@ -103,7 +105,7 @@ def create_app(worker: EngineWorker, *, model_id: str, defaults: Defaults, info=
                              code="method_not_allowed")
         else:
             error = ApiError(exc.status_code, str(exc.detail))
-        return JSONResponse(error.body(), status_code=error.status, headers=getattr(exc, "headers", None))
+        return JSONResponse(error.body(), status_code=error.status, headers=exc.headers)
 
     @app.exception_handler(Exception)
     async def failed(request: Request, exc: Exception):

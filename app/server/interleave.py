@@ -4,9 +4,9 @@ One engine serves requests in turn, and reading a prompt that fills the context 
 of 50,000 messages, trimmed to it) takes the target a while. The engine evaluates such
 a prompt in pieces (``SpeculativeEngine.generate``'s ``pause``); between two pieces,
 ``Interleave`` serves the requests waiting then, each whole, with the long prompt's
-cache copied out and put back afterwards (``save_cache`` / ``restore_cache``), so no
-work is lost. Requests served that way do not pause in turn: they wait at most one
-piece (``PAUSE_EVERY`` tokens) of the long prompt.
+cache copied out and put back afterwards (a ``CacheImage``: ``cache_image`` /
+``load_cache_image``), so no work is lost. Requests served that way do not pause in
+turn: they wait at most one piece (``PAUSE_EVERY`` tokens) of the long prompt.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ class Interleave:
         if job is None:
             return
         target = self.session.target
-        if not hasattr(target, "save_cache"):
+        if not target.keeps_states:
             self.serve(job)  # no way to keep the long prompt's cache: serve it all the same
             return
-        saved = target.save_cache()
+        saved = target.cache_image()
         self.inside = True
         try:
             while job is not None:
@@ -43,4 +43,4 @@ class Interleave:
                 job = self.take()
         finally:
             self.inside = False
-            target.restore_cache(saved)
+            target.load_cache_image(saved)

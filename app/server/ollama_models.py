@@ -10,6 +10,7 @@ from pathlib import Path
 
 from app.library.entries import LibraryEntry, parameters_shown, read_entry
 from app.server.ollama_requests import TAG
+from app.session.chat_types import LoadInfo
 
 # The release of Ollama whose API these routes follow; clients compare it to gate features.
 OLLAMA_API_VERSION = "0.5.0"
@@ -29,9 +30,9 @@ class ModelCard:
     def __init__(self, model_id: str, info, defaults, *, entry: LibraryEntry | None = None) -> None:
         self.model_id = model_id
         self.name = model_id + TAG
-        self.info = info
+        self.info = info if info is not None else LoadInfo(target_name=model_id, target_path="")
         self.defaults = defaults
-        path = getattr(info, "target_path", "") or ""
+        path = self.info.target_path
         self.entry = entry if entry is not None else (read_entry(Path(path), model_id, "Tandem") if path else None)
         self.template = _chat_template(path) if path and self.entry is not None and self.entry.usable else ""
 
@@ -60,20 +61,18 @@ class ModelCard:
 
     def tandem(self) -> dict:
         info = self.info
-        return {"target": self.model_id, "draft": getattr(info, "draft_name", ""),
-                "drafter": str(getattr(getattr(info, "drafter", ""), "value", getattr(info, "drafter", ""))),
-                "speculation": bool(getattr(info, "speculation_available", False)),
-                "compute": getattr(info, "compute", "")}
+        return {"target": self.model_id, "draft": info.draft_name, "drafter": str(info.drafter),
+                "speculation": info.speculation_available, "compute": info.compute}
 
     def listed(self) -> dict:
         return {"name": self.name, "model": self.name, "modified_at": self.modified_at, "size": self.size,
                 "digest": self.digest, "details": self.details(), "tandem": self.tandem()}
 
     def running(self) -> dict:
-        on_gpu = getattr(self.info, "compute", "CPU") != "CPU"
+        on_gpu = self.info.compute != "CPU"
         return {"name": self.name, "model": self.name, "size": self.size, "digest": self.digest,
                 "details": self.details(), "expires_at": NEVER, "size_vram": self.size if on_gpu else 0,
-                "context_length": getattr(self.info, "n_ctx", 0), "tandem": self.tandem()}
+                "context_length": self.info.n_ctx, "tandem": self.tandem()}
 
     def shown(self) -> dict:
         entry = self.entry
@@ -84,8 +83,8 @@ class ModelCard:
             model_info[f"{arch}.context_length"] = entry.context_length
         sampling = self.defaults.sampling
         parameters = [("temperature", sampling.temperature), ("top_k", sampling.top_k), ("top_p", sampling.top_p),
-                      ("min_p", sampling.min_p), ("num_ctx", getattr(self.info, "n_ctx", 0))]
-        path = getattr(self.info, "target_path", "")
+                      ("min_p", sampling.min_p), ("num_ctx", self.info.n_ctx)]
+        path = self.info.target_path
         return {"modelfile": f"# Served by Tandem: the target of a speculative pair\nFROM {path}\n",
                 "parameters": "\n".join(f"{name:<30} {value}" for name, value in parameters),
                 "template": self.template, "details": self.details(), "model_info": model_info,

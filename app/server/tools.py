@@ -113,7 +113,7 @@ def tool_request(tools: list[ToolDef] | None, choice: ToolChoice | None, paralle
 def _schemas_convert(tools: tuple[dict, ...]) -> bool:
     """Whether the tools' parameter schemas make a grammar (tool_grammar.py). One that
     does not (too big, a keyword the converter cannot handle) leaves the calls
-    unconstrained, read as before, rather than refusing the request."""
+    unconstrained (read from the reply's text as it comes) rather than refusing the request."""
     # llama.cpp's converter, imported here: the window's side imports the server's request
     # shapes but never llama.cpp (requests are served in the engine process).
     from app.backends.llama.grammar import GrammarError

@@ -119,9 +119,11 @@ class JobRunner:
     keeps the recent requests. Where the jobs wait is the subclass's: ``EngineWorker``
     has its own thread and queue, a window hands them to its engine thread."""
 
-    # Conversations kept beside the cache's (``app/server/prompt_cache.py``): only where the
+    # Conversations kept beside the cache's (``app/server/prompt_cache.py``), and short jobs
+    # served while a long prompt is read (``app/server/interleave.py``): only where the
     # runner owns its session for good (a window's engine also chats and reloads).
     prompt_cache: PromptCache | None = None
+    interleave: Interleave | None = None
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -155,7 +157,7 @@ class JobRunner:
             if job.cancel.is_set():
                 job.push(_skipped(job))
             else:
-                self._run(session, job, next(self._served), getattr(self, "interleave", None), self.prompt_cache)
+                self._run(session, job, next(self._served), self.interleave, self.prompt_cache)
         finally:
             with self._lock:
                 self._jobs_by_arrival.pop(job.arrival, None)
@@ -229,7 +231,6 @@ class EngineWorker(JobRunner):
         self._load_error: BaseException | None = None
         self._thread = threading.Thread(target=self._main, name="tandem-engine", daemon=True)
         self.session = None
-        self.interleave: Interleave | None = None  # short jobs served while a long prompt is read
         self.prompt_cache = PromptCache()
 
     def start(self):
@@ -299,13 +300,13 @@ def _reply(session, job: Job, served: int, queued: float, interleave=None, promp
         # llama-server's completions. (A chat's messages never are: the template escapes them.)
         prompt = ChatPrompt(session.target.tokenize(spec.prompt, add_special=True, parse_special=True))
     extra = {"grammar": spec.grammar, "logprobs": spec.logprobs} if spec.grammar or spec.logprobs is not None else {}
-    plan = getattr(prompt, "tools", None)
+    plan = prompt.tools
     if plan is not None and spec.tools is not None and spec.tools.constrained:
         extra["tool_request"] = spec.tools
     inside = interleave is not None and interleave.inside
     if interleave is not None and not inside:
         extra["pause"] = interleave.pause
-    if prompt_cache is not None and not inside and hasattr(session.target, "save_cache"):
+    if prompt_cache is not None and not inside and session.target.keeps_states:
         prompt_cache.before(session.target, prompt.tokens)  # another client's conversation, put back
     generation = session.generate(prompt, spec.sampling, spec.spec, spec.max_tokens, job.cancel, **extra)
     reader = ToolReader(plan, session.target, constrained="tool_request" in extra) if plan is not None else None

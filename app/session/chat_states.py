@@ -1,21 +1,21 @@
-"""Each chat's cache, kept on disk beside the history, so that a reopened chat (after
-another chat, another model, or a restart) reads only what it adds.
+"""Each chat's state, kept on disk beside the history (``<data>/chat-states/<chat>.state``),
+so that a reopened chat (after another chat, another model, or a restart) reads only what
+it adds.
 
-The engine's cache holds one conversation. Opening another one threw it away, and
-coming back read the whole history again: a 3,600-token chat is 13 s on a CPU. Here,
-before a reply for another chat (or a Compare run, a served request, a new load, the
-engine's end) replaces the conversation in the cache, its state is written to
-``<data>/chat-states/<chat>.state``; a later reply to that chat whose prompt starts with
-the saved tokens puts the state back (``ImageBackend.load_cache_image``) and reads only
-the rest. No peer desktop app keeps this.
+The engine's cache holds one conversation. Before a reply for another chat (or a Compare
+run, a served request, a new load, the engine's end) replaces the one held, its state is
+written here; a later reply to that chat whose prompt starts with the saved tokens puts
+the state back and reads only the rest. When to write and when to put back is the rule
+of ``app/session/kept_states.py`` (at least ``MIN_TOKENS_SAVED`` tokens), over states
+named by their chat.
 
 Never trusted over the text: a saved state is used only where its model, context and
 llama.cpp build match the loaded ones (``cache_identity``), and only as far as its tokens
 are those of the prompt built from the chat as it is now; a file that fails any check is
-ignored with one line and removed, and the history is read as before. Bounded: a state
-is written only where it saves reading at least ``WORTH`` tokens and the disk keeps
-``DISK_RESERVE`` free after it; at most ``MOST`` files and ``BUDGET_BYTES`` together, the
-least recently used removed first.
+ignored with one line and removed, and the history is read as before. A file is written
+whole or not at all (a reader never sees half of one). Bounded: a state is written only
+where the disk keeps ``DISK_RESERVE`` (``app/storage/paths.py``) free after it; at most
+``MAX_KEPT`` files and ``BUDGET_BYTES`` together, the least recently used removed first.
 """
 
 from __future__ import annotations
@@ -32,70 +32,89 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from app.engine.backend import CacheImage
-from app.engine.speculation.drafters import common_prefix
+from app.engine.backend import CacheImage, KeepsStates
+from app.engine.tokens import common_prefix
+from app.session.kept_states import MIN_TOKENS_SAVED, KeptStates, worth_keeping
+from app.storage.paths import DISK_RESERVE
 
 log = logging.getLogger(__name__)
 
 MAGIC = b"TANDEM-CHAT-STATE 1\n"
-WORTH = 256                 # tokens a state must save reading (below: reading is cheaper than the file)
 BUDGET_BYTES = 4 << 30      # every chat's state together, on disk
-MOST = 16                   # chats with a saved state
-DISK_RESERVE = 2 << 30      # free disk space a state never takes
+MAX_KEPT = 16               # chats with a saved state
 _HEADER_MOST = 64 << 20     # a header longer than this is not one of ours
 SUFFIX = ".state"
 
+# A state file's parts: its header (magic, length, JSON), llama.cpp's state, the MTP rows.
+_File = tuple[bytes, bytes | bytearray, bytes]
 
-class ChatStates:
+
+class ChatStates(KeptStates[Path, _File]):
     """The saved states in one folder; ``before(target, chat, prompt)`` before each reply."""
 
-    def __init__(self, folder: Path, *, budget_bytes: int = BUDGET_BYTES, most: int = MOST,
+    def __init__(self, folder: Path, *, budget_bytes: int = BUDGET_BYTES, max_kept: int = MAX_KEPT,
                  free_disk: Callable[[Path], int] | None = None) -> None:
+        super().__init__(max_kept=max_kept, budget_bytes=budget_bytes)
         self.folder = folder
-        self.budget_bytes, self.most = budget_bytes, most
         self._free_disk = free_disk or (lambda path: shutil.disk_usage(path).free)
         self._held: int | None = None   # the chat whose conversation the cache holds
-        self._dirty = False             # it changed since it was written
-        self.loaded = self.saved = 0    # states put back and written, since it began
 
-    def before(self, target, chat: int | None, prompt: Sequence[int]) -> None:
+    def before(self, target: KeepsStates | None, chat: int | None, prompt: Sequence[int]) -> None:
         """Before a reply to ``chat`` (None: not a chat's, e.g. a Compare run) on ``prompt``:
         the chat held so far written out if another takes its place, and this chat's
         saved state put back where it saves reading. Never raises: at worst the prompt is
-        read as it would have been."""
-        if not hasattr(target, "cache_image"):
+        read as it would have been. ``target`` None (no model) or one that keeps no
+        states: nothing is held."""
+        if target is None or not target.keeps_states:
             self.release()
             return
         try:
             if chat != self._held:
-                self.park(target)
+                if chat is not None:
+                    self._touch(self._path(chat))  # in use: the write below lets others go first
+                self.save_held(target)
                 if chat is not None:
                     self._load(target, chat, prompt)
         except Exception:  # noqa: BLE001 — a saved state is a shortcut, never a reason to fail
             log.exception("A chat's saved state could not be used")
-        self._held, self._dirty = chat, chat is not None
+        self._held = chat
 
-    def park(self, target) -> None:
-        """Write the held chat's state (if it changed since) before something else uses
-        the cache: another chat, a served request, a new load, the engine's end."""
-        chat, self._dirty = self._held, False
-        if chat is None or not hasattr(target, "cache_image") or len(target.tokens) < WORTH:
+    def save_held(self, target: KeepsStates | None) -> None:
+        """Write the held chat's state before something else uses the cache: another
+        chat, a served request, a new load, the engine's end."""
+        chat = self._held
+        if chat is None or target is None or not target.keeps_states or not worth_keeping(len(target.tokens)):
             return
-        try:
-            self._write(chat, target.cache_image())
-        except Exception as exc:  # noqa: BLE001 — not saved: it is read again, as before
-            log.warning("The state of chat %s was not saved: %s", chat, exc)
+        self.keep(target, self._path(chat))
 
     def release(self) -> None:
         """The cache is gone (its models closed): no chat is held."""
-        self._held, self._dirty = None, False
+        self._held = None
 
-    # --- the files --------------------------------------------------------------------
+    def _load(self, target: KeepsStates, chat: int, prompt: Sequence[int]) -> None:
+        path = self._path(chat)
+        if not path.exists():
+            return
+        image, why = read_state(path, target.cache_identity, target.n_vocab)
+        # Only what the chat's text still says counts: the saved tokens up to where the
+        # prompt built from it now differs (an edit, a regenerated reply, a reply whose
+        # text tokenizes otherwise than it was written).
+        if image is not None and common_prefix(image.tokens, prompt) < MIN_TOKENS_SAVED:
+            image, why = None, "the chat changed since it was saved"
+        if image is None:
+            log.warning("The saved state of chat %s is ignored (%s); its history is read instead", chat, why)
+            path.unlink(missing_ok=True)
+            return
+        key, shared = self.best(target.tokens, prompt, [(path, image.tokens)])
+        if key is not None:  # (else the cache holds about as much already)
+            self.put_back(target, path, image, shared)
+
+    # --- the files (KeptStates' store) ---------------------------------------------------
 
     def _path(self, chat: int) -> Path:
         return self.folder / f"{int(chat)}{SUFFIX}"
 
-    def _write(self, chat: int, image: CacheImage) -> None:
+    def _pack(self, image: CacheImage) -> tuple[_File, int]:
         rows = b""
         if image.rows is not None:
             buffer = io.BytesIO()
@@ -104,59 +123,49 @@ class ChatStates:
         header = json.dumps({"identity": image.identity, "tokens": list(map(int, image.tokens)),
                              "state_bytes": len(image.state), "rows_bytes": len(rows),
                              "sha256": _digest(image.state, rows)}).encode()
-        size = len(MAGIC) + 8 + len(header) + len(image.state) + len(rows)
+        head = MAGIC + struct.pack("<Q", len(header)) + header
+        return (head, image.state, rows), len(head) + len(image.state) + len(rows)
+
+    def _room(self) -> int:
         self.folder.mkdir(parents=True, exist_ok=True)
-        if size > self.budget_bytes or self._free_disk(self.folder) - size < DISK_RESERVE:
-            log.info("The state of chat %s (%d MB) was not saved: the disk has no room to spare", chat, size >> 20)
-            return
-        path = self._path(chat)
+        return self._free_disk(self.folder) - DISK_RESERVE
+
+    def _put(self, path: Path, parts: _File) -> None:
         part = path.with_suffix(".part")
         with open(part, "wb") as f:
-            f.write(MAGIC + struct.pack("<Q", len(header)) + header)
-            f.write(image.state)
-            f.write(rows)
+            for piece in parts:
+                f.write(piece)
         os.replace(part, path)  # a reader never sees half a file
-        self.saved += 1
-        self._trim(keep=path)
 
-    def _trim(self, keep: Path) -> None:
-        """The least recently used states removed, past ``MOST`` files or ``BUDGET_BYTES``."""
-        others = sorted(((_stat(p), p) for p in self.folder.glob(f"*{SUFFIX}") if p != keep),
-                        key=lambda item: item[0][1], reverse=True)  # newest first, each stat read once
-        total = _stat(keep)[0]
-        for i, ((size, _mtime), path) in enumerate(others, start=1):
-            total += size
-            if i >= self.most or total > self.budget_bytes:
-                path.unlink(missing_ok=True)
+    def _by_recency(self) -> dict[Path, int]:
+        stats = sorted(((_stat(p), p) for p in self.folder.glob(f"*{SUFFIX}")),
+                       key=lambda item: item[0][1], reverse=True)  # each stat read once
+        return {path: size for (size, _mtime), path in stats}
 
-    def _load(self, target, chat: int, prompt: Sequence[int]) -> None:
-        path = self._path(chat)
-        if not path.exists():
-            return
-        image, why = read_state(path, target.cache_identity, target.n_vocab)
-        # Only what the chat's text still says counts: the saved tokens up to where the
-        # prompt built from it now differs (an edit, a regenerated reply, a reply whose
-        # text tokenizes otherwise than it was written).
-        shared = common_prefix(image.tokens, prompt) if image is not None else 0
-        if image is not None and shared < WORTH:
-            image, why = None, "the chat changed since it was saved"
-        if image is None:
-            log.warning("The saved state of chat %s is ignored (%s); its history is read instead", chat, why)
-            path.unlink(missing_ok=True)
-            return
-        if shared - common_prefix(target.tokens, prompt) < WORTH:
-            return  # the cache holds about as much already
+    def _touch(self, path: Path) -> None:
         try:
-            target.load_cache_image(image)
-            if shared < len(image.tokens):
-                target.trim(shared)  # exact on every memory (a recurrent one may read again)
-        except Exception as exc:  # noqa: BLE001 — llama.cpp refused it: read the history
-            log.warning("The saved state of chat %s is ignored (llama.cpp refused it: %s); its history is read "
-                        "instead", chat, exc)
+            os.utime(path)
+        except FileNotFoundError:
+            pass  # (none saved)
+        except OSError as exc:  # (it stays where it was in the order)
+            log.warning("The saved state of chat %s could not be marked as used: %s", path.stem, exc)
+
+    def _drop(self, path: Path) -> None:
+        try:
             path.unlink(missing_ok=True)
-            return
-        os.utime(path)  # most recently used
-        self.loaded += 1
+        except OSError as exc:
+            log.warning("A saved chat state could not be removed: %s", exc)
+
+    def _no_room(self, path: Path, size: int) -> None:
+        log.info("The state of chat %s (%d MB) was not saved: the disk has no room to spare", path.stem, size >> 20)
+
+    def _not_kept(self, path: Path, exc: Exception) -> None:
+        log.warning("The state of chat %s was not saved: %s", path.stem, exc)
+
+    def _refused(self, path: Path, exc: Exception) -> None:
+        log.warning("The saved state of chat %s is ignored (llama.cpp refused it: %s); its history is read "
+                    "instead", path.stem, exc)
+        path.unlink(missing_ok=True)
 
 
 def forget(folder: Path, chat: int) -> None:

@@ -25,7 +25,7 @@ import sys
 import threading
 from multiprocessing.connection import Client, Listener
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
 from app.session import protocol as p
 from app.session.engine_death import death_line, log_tail, oom_kills
@@ -36,6 +36,32 @@ ROOT = Path(__file__).resolve().parents[2]
 LOG_NAME = "engine.log"
 LOG_LIMIT = 4_000_000      # bytes: past this the log starts over at the next start
 CLOSE_SECONDS = 10.0       # a clean shutdown's wait before the engine is killed
+
+
+class Link(Protocol):
+    """A front end's end of one engine: ``EngineLink`` (a process of its own, what the app
+    runs) or ``app.enginehost.thread_link.ThreadLink`` (the same host on a thread of this
+    process, for tests and tools). Messages arrive on the link's own thread."""
+
+    pid: int                 # the engine's process (this one's, for a thread)
+    separate_process: bool   # it can die, hang and be killed without taking the front end
+
+    def start(self) -> None: ...
+
+    def send(self, message) -> None: ...
+
+    def close(self, timeout: float = ...) -> None: ...
+
+    def kill(self) -> None: ...
+
+
+# (on_message, on_death) -> a link, not yet started
+StartLink = Callable[[Callable[[object], None], Callable[[str], None]], Link]
+
+
+def process_link(env: dict | None = None) -> StartLink:
+    """Links to engines in processes of their own, started with ``env`` (None: this one's)."""
+    return lambda on_message, on_death: EngineLink(on_message, on_death, env=env)
 
 
 def engine_command(address) -> list[str]:
@@ -51,6 +77,8 @@ def engine_log() -> Path:
 
 
 class EngineLink:
+    separate_process = True
+
     def __init__(self, on_message: Callable[[object], None], on_death: Callable[[str], None], *,
                  env: dict | None = None) -> None:
         self._on_message = on_message
@@ -157,18 +185,7 @@ class EngineLink:
                         conn.send(message)
                 except (OSError, ValueError):
                     pass
-            while True:
-                try:
-                    message = conn.recv()
-                except (EOFError, OSError):
-                    break
-                except Exception:  # noqa: BLE001 — a message that does not unpickle is skipped
-                    log.exception("An unreadable message from the engine")
-                    continue
-                try:
-                    self._on_message(message)
-                except Exception:  # noqa: BLE001
-                    log.exception("Handling %s failed", type(message).__name__)
+            p.receive(conn, self._on_message)
         self._drop_conn()
         code = self.process.wait()
         with self._lock:

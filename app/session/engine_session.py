@@ -14,31 +14,28 @@ from app.errors import TandemError
 from app.session import protocol as p
 from app.session.chat_types import LoadInfo
 from app.session.config import ModelSpec
-from app.session.engine_link import EngineLink
+from app.session.engine_link import Link, StartLink, process_link
 
 
 class EngineDied(TandemError):
     """The engine process ended; the message says how, in one line."""
 
 
-class _Death:
-    def __init__(self, line: str) -> None:
-        self.line = line
-
-
 class EngineSession:
-    def __init__(self, env: dict | None = None) -> None:
-        self._env = env
+    def __init__(self, env: dict | None = None, *, start_link: StartLink | None = None) -> None:
+        """``env``: the engine process's environment (None: this one's); ``start_link``:
+        another kind of engine (default: a process started with ``env``)."""
+        self._start_link = start_link or process_link(env)
         self._ids = itertools.count(1)
         self._messages: queue.Queue = queue.Queue()
-        self._link: EngineLink | None = None
+        self._link: Link | None = None
         self.stats: Stats | None = None   # the last reply's figures
         self._current = 0
         self.start()
 
     def start(self) -> None:
         self._messages = messages = queue.Queue()  # a dead engine's words stay in its own queue
-        self._link = EngineLink(messages.put, lambda line: messages.put(_Death(line)), env=self._env)
+        self._link = self._start_link(messages.put, lambda line: messages.put(p.Died(line)))
         self._link.start()
 
     def restart(self) -> None:
@@ -98,6 +95,6 @@ class EngineSession:
 
     def _next(self):
         message = self._messages.get()
-        if isinstance(message, _Death):
+        if isinstance(message, p.Died):
             raise EngineDied(message.line)
         return message

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from app.drafter_kinds import Needs, needs
 from app.engine.gguf.header import shown_name
 from app.engine.types import DrafterKind
 from app.session.chat import ChatSession, LoadInfo
@@ -24,7 +25,7 @@ Progress = Callable[[str, float, float], bool | None]
 def chat_format_names() -> tuple[str, ...]:
     """llama.cpp's built-in chat formats, by name (for a front end to offer). Asked where
     llama.cpp is: the engine process says them in its ``Ready`` (``app.session.protocol``),
-    the in-process engine client calls this."""
+    the engine host calls it."""
     from app.backends.llama.builtin_chat_formats import chat_format_names as names
 
     return names()
@@ -78,7 +79,7 @@ def load_session(spec: ModelSpec, progress: Progress | None = None) -> ChatSessi
     from app.backends.loader import load_pair
 
     target, draft = resolve_paths(spec, progress)
-    planned = plan_load(spec, target, draft if spec.drafter == DrafterKind.MODEL else None,
+    planned = plan_load(spec, target, draft if needs(spec.drafter) is Needs.DRAFT_FILE else None,
                         build_has_gpu=rpc.has_local_gpu())
 
     def loading(what: str, fraction: float) -> bool | None:
@@ -103,13 +104,13 @@ def load_session(spec: ModelSpec, progress: Progress | None = None) -> ChatSessi
         speculation_available=speculating, note=pair.engine.note,
         failed_rule=compatibility.rule if compatibility is not None and not compatibility.ok else None,
         compute=system_info()["backend"], workers=spec.rpc_workers,
-        layers=tuple(getattr(pair.target, "layer_split", ())),
+        layers=tuple(pair.target.layer_split),
         worker_rtt=rpc.round_trips(spec.rpc_workers) if spec.rpc_workers else (),
-        n_ctx=int(getattr(pair.target, "n_ctx", 0) or 0), n_ctx_train=int(getattr(pair.target, "n_ctx_train", 0) or 0),
+        n_ctx=int(pair.target.n_ctx), n_ctx_train=int(pair.target.n_ctx_train),
         memory_plan=describe(planned.plan), planned_gpu_bytes=planned.plan.gpu_bytes,
         planned_bytes=planned.plan.bytes,
         allocated_bytes=sum(b for model in (pair.target, pair.draft) if model is not None
-                            for _, _, b in getattr(model, "buffers", ())),
+                            for _, _, b in model.buffers),
         gpu_layers=(planned.target_layers, planned.draft_layers))
     session = ChatSession(pair, info)
     session.set_chat_format(spec.chat_format)

@@ -14,11 +14,15 @@ one per token), ``Finished`` / ``Failed``, ``Checked``, ``Pong``, ``Serving``, `
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
+from typing import Callable
 
 from app.engine.types import SamplingConfig, SpecConfig, Stats, TokenEvent
 from app.session.chat_types import LoadInfo
 from app.session.config import ModelSpec
+
+log = logging.getLogger(__name__)
 
 ENGINE_FLAG = "--engine"  # ``python -m app --engine ADDRESS``: handled first thing by app.__main__
 
@@ -167,6 +171,32 @@ class Serving:
 @dataclass(frozen=True)
 class Served:
     record: dict  # one line of the request log (app.server.worker.request_record)
+
+
+@dataclass(frozen=True)
+class Died:
+    """Never sent: what a front end's link puts among the engine's messages when the
+    channel closed without being asked to, so that its reader sees the death in order."""
+
+    line: str  # how it ended, in one line (app.session.engine_death)
+
+
+def receive(conn, handle: Callable[[object], None]) -> None:
+    """Hand each message arriving on ``conn`` to ``handle`` until the channel closes: the
+    one receive loop of both ends. A message that does not unpickle is skipped, and a
+    handler's fault is logged, so neither ends the conversation."""
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        except Exception:  # noqa: BLE001 — a message that does not unpickle is skipped
+            log.exception("An unreadable message on the engine's channel")
+            continue
+        try:
+            handle(message)
+        except Exception:  # noqa: BLE001
+            log.exception("Handling %s failed", type(message).__name__)
 
 
 def merge_tokens(messages: list) -> list:

@@ -12,6 +12,9 @@ from pathlib import Path
 import platformdirs
 
 APP_NAME = "Tandem"
+# Free disk space that a file Tandem writes only to save time (a chat's saved state, a
+# compact MTP head) never takes: such a file is not written where it would leave less.
+DISK_RESERVE = 2 << 30
 
 
 def _root(kind: str) -> Path:

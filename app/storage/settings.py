@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, NamedTuple
 
+from app.drafter_kinds import DEFAULT as DEFAULT_DRAFTER
+from app.drafter_kinds import choice_help, choices as drafter_choices
 from app.vocabulary import DRAFT_MAX_RANGE
 from app.worker_address import AddressError, parse_split, parse_workers
 from app.storage import paths
@@ -230,6 +232,11 @@ def _one_of(*choices: str) -> Check:
     return check
 
 
+def _drafter(value: Any) -> str:
+    """A drafter kind a user may choose (the table's words as they are now)."""
+    return _one_of(*drafter_choices())(value)
+
+
 @dataclass(frozen=True)
 class AutoOr:
     """'auto', or a number of ``inner``'s range."""
@@ -273,11 +280,8 @@ class Settings:
     # Models
     target_path: str = option("", "Target model (GGUF). Empty: the demo pair's target.", _path)
     draft_path: str = option("", "Draft model (GGUF). Empty: the demo pair's draft.", _path)
-    drafter: Literal["model", "lookup", "lookahead", "mtp"] = option(
-        "model", "Where guesses come from: a draft model (a target that ships an MTP head drafts with it "
-        "when no draft model is named), prompt lookup (n-grams of the chat), lookahead (the target's own "
-        "n-gram pool and copies; no model), or mtp (the target's own MTP head).",
-        _one_of("model", "lookup", "lookahead", "mtp"))
+    # One of the kinds app/drafter_kinds.py declares choosable (its words, read when checked).
+    drafter: str = option(DEFAULT_DRAFTER.value, "Where guesses come from. " + choice_help() + ".", _drafter)
     # Speculation
     speculation: bool = option(True, "Speculate with the drafter; off decodes with the target alone.", _flag)
     draft_max: int | Literal["auto"] = option(

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from app.terminal.arg_types import (draft_max_value, gpu_layers_value, seed_value, setting_value, tensor_split,
                                     worker_list)
+from app.drafter_kinds import DEFAULT as DEFAULT_DRAFTER
+from app.drafter_kinds import choice_help, choices as drafter_choices
 from app.engine.types import DrafterKind, SamplingConfig, SpecConfig
 from app.errors import TandemError
 from app.logs import FILE_ONLY
@@ -36,13 +38,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, in_command: bool = T
     group.add_argument("--draft", "-md", "--model-draft", type=Path, metavar="GGUF", default=default(None),
                        help="draft GGUF, a small model of the same family, or an EAGLE-3 drafter trained on the target "
                             "(default: the demo draft)")
-    group.add_argument("--drafter", choices=[DrafterKind.MODEL.value, DrafterKind.LOOKUP.value,
-                                             DrafterKind.LOOKAHEAD.value, DrafterKind.MTP.value],
-                       default=default(DrafterKind.MODEL.value),
-                       help="draft with a model (a target that ships an MTP head drafts with it when no "
-                            "--draft is named), with prompt lookup, with lookahead (the target's own "
-                            "n-gram pool and copies; no model), or with the target's own MTP head (mtp) "
-                            "(default: model)")
+    group.add_argument("--drafter", choices=drafter_choices(), default=default(DEFAULT_DRAFTER.value),
+                       help=f"where guesses come from: {choice_help()} (default: {DEFAULT_DRAFTER})")
     group.add_argument("--n-ctx", "-c", "--ctx-size", type=setting_value("n_ctx"), metavar="N", default=default(4096),
                        help="context size in tokens (default: 4096)")
     group.add_argument("--threads", "-t", type=setting_value("n_threads"), metavar="N", default=default(0),

@@ -30,7 +30,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.types import DrafterKind
+from app.drafter_kinds import Needs, dialog_hint, needs
+from app.drafter_kinds import choosable as choosable_kinds
 from app.errors import TandemError
 from app.ui.chat_format_chooser import ChatFormatChooser
 from app.ui.worker_list import WorkerList
@@ -55,15 +56,17 @@ PAGES = {
                  "rpc_workers", "tensor_split"),
     "System prompt": ("system_prompt",),
 }
-DRAFTERS = (("Draft model", DrafterKind.MODEL.value), ("Prompt lookup (no draft model)", DrafterKind.LOOKUP.value),
-            ("Lookahead (the target's own n-grams; no draft model)", DrafterKind.LOOKAHEAD.value),
-            ("The target's own MTP head (no draft model)", DrafterKind.MTP.value))
 TREES = (("Automatic (where measured to pay)", "auto"), ("On (wherever the draft is unsure)", "on"), ("Off", "off"))
 FLASH_ATTENTION = (("Automatic (off on a CPU)", "auto"), ("On", "on"), ("Off", "off"))
 GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
 MIN_WIDTH = 560  # px: room for a path and its Browse button
 _CHECK_DELAY_MS = 300  # typing a path should not fire a check per keystroke
 _SPIN_MOST = 2**31 - 1  # a spin box holds 32-bit numbers (the seed has an editor of its own)
+
+
+def drafters() -> tuple[tuple[str, str], ...]:
+    """The drafter list: each kind a user may choose (app/drafter_kinds.py), as (label, word)."""
+    return tuple((spec.label, str(spec.kind)) for spec in choosable_kinds())
 
 
 def _line(placeholder: str) -> QLineEdit:
@@ -334,7 +337,7 @@ class SettingsDialog(QDialog):
 
     def plan_question(self) -> tuple:
         """What the plan line answers: the models and the hardware settings as edited."""
-        uses_model = _get_value(self.editors["drafter"]) == DrafterKind.MODEL
+        uses_model = needs(_get_value(self.editors["drafter"])) is Needs.DRAFT_FILE
         return (self.editors["target_path"].text(), self.editors["draft_path"].text() if uses_model else "",
                 self.editors["n_ctx"].value(), _get_value(self.editors["target_gpu_layers"]),
                 _get_value(self.editors["draft_gpu_layers"]), _get_value(self.editors["flash_attention"]))
@@ -348,7 +351,7 @@ class SettingsDialog(QDialog):
 
     def _pair_to_check(self) -> tuple[str, str] | None:
         target, draft = self.editors["target_path"].text(), self.editors["draft_path"].text()
-        if _get_value(self.editors["drafter"]) != DrafterKind.MODEL or not target or not draft:
+        if needs(_get_value(self.editors["drafter"])) is not Needs.DRAFT_FILE or not target or not draft:
             return None
         return target, draft
 
@@ -359,10 +362,7 @@ class SettingsDialog(QDialog):
         if pair is None:
             drafter = _get_value(self.editors["drafter"])
             self.compat_label.setText(
-                "Prompt lookup copies from the conversation; it needs no draft model." if drafter == DrafterKind.LOOKUP
-                else "Lookahead drafts from the target's own n-grams; it needs no draft model."
-                if drafter == DrafterKind.LOOKAHEAD else
-                "The target drafts with its own MTP head, if its file ships one." if drafter == DrafterKind.MTP
+                dialog_hint(drafter) if needs(drafter) is not Needs.DRAFT_FILE
                 else "Empty fields use the demo pair." if not self.editors["target_path"].text()
                 else "No draft model: a target that ships an MTP head drafts with it; any other decodes "
                      "without speculation.")
@@ -379,7 +379,7 @@ class SettingsDialog(QDialog):
             self.compatibility_check_requested.emit(*pair)
 
     def _update_enabled(self) -> None:
-        uses_model = _get_value(self.editors["drafter"]) == DrafterKind.MODEL
+        uses_model = needs(_get_value(self.editors["drafter"])) is Needs.DRAFT_FILE
         self.editors["draft_path"].setEnabled(uses_model)
         self.editors["draft_gpu_layers"].setEnabled(uses_model)
         speculating = self.editors["speculation"].isChecked()
@@ -389,7 +389,7 @@ class SettingsDialog(QDialog):
         self.editors["copy_repeats"].setEnabled(speculating and uses_model)
 
     def _make_editors(self) -> dict[str, QWidget]:
-        drafter = _combo(DRAFTERS)
+        drafter = _combo(drafters())
         system_prompt = QPlainTextEdit()
         system_prompt.setPlaceholderText("e.g. You are a concise assistant.")
         return {

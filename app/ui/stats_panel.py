@@ -7,6 +7,7 @@ from typing import Protocol
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFormLayout, QLabel, QVBoxLayout, QWidget
 
+from app.drafter_kinds import panel_label
 from app.engine.types import DrafterKind, Stats
 from app.ui.stats_format import (
     STOP_REASONS,
@@ -130,14 +131,7 @@ class StatsPanel(QWidget):
         self.layers_label.setText(layer_places(info.layers) if info.layers else DASH)
         self.target_label.setText(info.target_name)
         self.target_label.setToolTip(info.target_path)
-        if info.drafter == DrafterKind.LOOKUP:
-            self.draft_label.setText("prompt lookup (no model)")
-        elif info.drafter == DrafterKind.LOOKAHEAD:
-            self.draft_label.setText("lookahead (no model)")
-        elif info.drafter == DrafterKind.MTP:
-            self.draft_label.setText("mtp: the target's own head")
-        else:
-            self.draft_label.setText(info.draft_name or "none")
+        self.draft_label.setText(panel_label(info.drafter, info.draft_name))
         self.draft_label.setToolTip(info.draft_path)
         self.compute_label.setText(f"llama.cpp · {info.compute}")
 

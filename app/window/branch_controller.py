@@ -4,7 +4,7 @@ on its branch), Regenerate keeps the earlier reply as an
 alternative, and ‹ 2/3 › on a message steps between its versions.
 
 The history store keeps the tree (``HistoryStore.add_edit``, ``begin_alternative``,
-``siblings``, ``switch_branch``); the history controller records replies as before.
+``siblings``, ``switch_branch``); the history controller records each reply in the branch shown.
 The reply to an edit or a regenerated reply is asked for the branch now shown, so the
 engine reuses the KV cache of the prefix they share and evaluates only the new suffix
 (the reply's figures say how much was reused).

@@ -66,8 +66,7 @@ class ChatController(QObject):
         client.tokens.connect(self._on_tokens)
         client.finished.connect(self._on_finished)
         client.failed.connect(self._on_failed)
-        if hasattr(client, "died"):  # the engine in a process of its own (app/bridge/engine_process.py)
-            client.died.connect(self.interrupt)
+        client.died.connect(self.interrupt)
 
     # --- what the user asks for -----------------------------------------------------------
 

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QBoxLayout, QWidget
 
 from app.bridge.async_glue import MemoryPlanner
 from app.engine.gguf.header import shown_name
+from app.engine.types import DrafterKind
 from app.models.demo_facts import DOWNLOAD_BYTES
 from app.models.demo_files import needs_first_run  # noqa: F401 — the window asks it here
 from app.storage.settings import Settings
@@ -120,7 +121,8 @@ class FirstRunController(QObject):
     def _draft_made(self, target: str, draft: str) -> None:
         self._draft_ended(f"Made {shown_name(draft)}; loading {shown_name(target)} with it…")
         self._check_when_loaded = True
-        self._apply(self._settings().replace(target_path=target, draft_path=draft, drafter="model"))  # a load follows
+        settings = self._settings().replace(target_path=target, draft_path=draft, drafter=DrafterKind.MODEL.value)
+        self._apply(settings)  # a load follows
 
     def _draft_ended(self, text: str) -> None:
         self.draft_task = None

@@ -309,7 +309,7 @@ class HistoryController(QObject):
     def _prune_states(self) -> None:
         """Saved caches of chats the history no longer has (deleted, purged at this start)
         are removed: a cache holds the conversation's words too."""
-        if self.store is None or getattr(self.store, "path", None) != paths.history_db():
+        if self.store is None or self.store.path != paths.history_db():
             return
         live = self._read(lambda: {c.id for c in self.store.list_conversations()}, default=None)
         if live is not None:

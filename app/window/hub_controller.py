@@ -17,6 +17,7 @@ from PySide6.QtCore import QObject, Qt
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QWidget
 
+from app.drafter_kinds import DEFAULT as DEFAULT_DRAFTER
 from app.errors import TandemError, one_line
 from app.hub.files import HubFile, HubRepo, size_text
 from app.hub.picks import Pick
@@ -211,7 +212,7 @@ class HubController(QObject):
         if draft:
             self._use_pair(target, draft)
         else:  # a target alone (its own MTP head, or no draft found): no recent pair to keep
-            self._apply(self._settings().replace(target_path=target, draft_path="", drafter="model"))
+            self._apply(self._settings().replace(target_path=target, draft_path="", drafter=DEFAULT_DRAFTER.value))
             self._say(f"Loading {Path(target).name}", 5000)
         if self.dialog is not None:
             self.dialog.accept()

@@ -18,7 +18,9 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QMenu, QWidget
 
+from app.drafter_kinds import Needs, needs
 from app.engine.gguf.header import shown_name
+from app.engine.types import DrafterKind
 from app.library.drafts import find_drafts
 from app.session.fit import describe, plan_files, read_machine
 from app.library.entries import read_entry
@@ -222,7 +224,7 @@ class LibraryController(QObject):
 
     def use_pair(self, target: str, draft: str) -> None:
         """One click: the pair in the settings (a reload follows), remembered among the recent."""
-        settings = self._settings().replace(target_path=target, draft_path=draft, drafter="model")
+        settings = self._settings().replace(target_path=target, draft_path=draft, drafter=DrafterKind.MODEL.value)
         self._apply(with_recent_pair(settings, target, draft))
         self._say(f"Loading {shown_name(target)} with the draft {shown_name(draft)}", 5000)
         self.pair_set.emit(target, draft)
@@ -240,7 +242,8 @@ class LibraryController(QObject):
         among the recent pairs. Other changes leave them as they are."""
         pair = (settings.target_path, settings.draft_path)
         changed, self._last_pair = pair != self._last_pair, pair
-        if not changed or settings.drafter != "model" or not all(pair) or settings.recent_pairs[:1] == (pair,):
+        if (not changed or needs(settings.drafter) is not Needs.DRAFT_FILE or not all(pair)
+                or settings.recent_pairs[:1] == (pair,)):
             return
         self._apply(with_recent_pair(settings, *pair))
 

@@ -12,7 +12,8 @@ from typing import Callable, TYPE_CHECKING
 from PySide6.QtCore import QObject, QTimer
 from PySide6.QtWidgets import QLabel
 
-from app.engine.types import SPECULATION_OFF, DrafterKind
+from app.drafter_kinds import loaded_words
+from app.engine.types import SPECULATION_OFF
 from app.session.chat_types import LoadInfo
 from app.session.config import ModelSpec
 from app.storage import load_marker
@@ -91,11 +92,7 @@ class ModelLoading(QObject):
     def _on_loaded(self, info: LoadInfo) -> None:
         self.banner.hide()
         self.composer.set_ready(True)
-        drafter = ("prompt lookup" if info.drafter == DrafterKind.LOOKUP else
-                   "lookahead" if info.drafter == DrafterKind.LOOKAHEAD else
-                   "its own MTP head" if info.drafter == DrafterKind.MTP else f"draft {info.draft_name}"
-                   if info.draft_name else "no draft")
-        self.model_label.setText(f"{info.target_name} · {drafter} · {info.compute}")
+        self.model_label.setText(f"{info.target_name} · {loaded_words(info.drafter, info.draft_name)} · {info.compute}")
         self._set_title(f"{APP_NAME} — {info.target_name}")
         self.stats.show_models(info)
         self.stats.show_speculation(self._settings().speculation, info)
@@ -107,7 +104,7 @@ class ModelLoading(QObject):
             self.notices.show_notice(DRAFT_NOTICE_KEY, f"Speculation unavailable: {info.note}.", INFO)
         else:
             self.notices.clear(DRAFT_NOTICE_KEY)
-        if getattr(info, "chat_format_notice", ""):
+        if info.chat_format_notice:
             self.notices.show_notice(FORMAT_NOTICE_KEY, f"{info.target_name}: {info.chat_format_notice}.", INFO)
         else:
             self.notices.clear(FORMAT_NOTICE_KEY)

@@ -1,8 +1,7 @@
-"""Local server from the window: ``tandem serve``'s API on a thread of its own, its
-requests run with the models the window loaded (never a second load), in turn with the
-chat's replies. With the engine in its own process (the app), the server runs there too
-(``app/enginehost/serving.py``), started and stopped by message, each request served told
-back (``served``); with an in-process engine thread (tests, tools) it runs here.
+"""Local server from the window: ``tandem serve``'s API beside the engine
+(``app/enginehost/serving.py``), its requests run with the models the window loaded
+(never a second load), in turn with the chat's replies; started and stopped by message,
+each request served told back (``served``).
 
 Off at every start (serving is a choice made each time); the port a start from the
 dialog used is remembered (``Settings.server_port``). The dialog (``ServerDialog``)
@@ -19,7 +18,7 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QWidget
 
 from app.errors import TandemError
-from app.server.worker import RECENT_REQUESTS, HandedJobs
+from app.server.worker import RECENT_REQUESTS
 from app.ui.server_dialog import ServerDialog
 
 HOST = "127.0.0.1"  # the window serves this computer only: no API key to manage
@@ -36,13 +35,8 @@ class ServerController(QObject):
         self._settings = settings
         self._save = save
         self._dialog_parent = dialog_parent
-        self._jobs = HandedJobs(lambda serve: client.run_on_engine(serve))  # an engine thread only
-        self._jobs.listeners.append(self.served.emit)  # engine thread -> queued to this thread
-        self._server = None
-        self._remote = False  # served by the engine process
         self._recent: deque[dict] = deque(maxlen=RECENT_REQUESTS)  # what it served, as it said
-        if hasattr(client, "served"):
-            client.served.connect(self._remember)
+        client.served.connect(self._remember)
         self.url = ""
         self.port = settings().server_port
         self.dialog: ServerDialog | None = None
@@ -52,41 +46,26 @@ class ServerController(QObject):
         self.actions = (self.action,)
 
     def start(self, port: int) -> str:
-        from app.server.api import create_app
-        from app.server.listening import BackgroundServer
-        from app.server.requests import Defaults
         from app.session.config import sampling_config, spec_config
 
         settings = self._settings()
-        info = self._client.info
-        if info is None:
+        if self._client.info is None:
             raise TandemError("Load a model first: the server uses the window's models.")
-        if hasattr(self._client, "serve"):  # the engine's own process serves (app/enginehost/serving.py)
-            answer = self._client.serve(HOST, port, sampling=sampling_config(settings), spec=spec_config(settings),
-                                        max_tokens_limit=settings.n_ctx)
-            if answer.error:
-                raise TandemError(answer.error)
-            self._remote, self.url, self.port = True, answer.url, port
-            return self.url
-        defaults = Defaults(sampling=sampling_config(settings), spec=spec_config(settings),
-                            max_tokens_limit=settings.n_ctx)
-        server = BackgroundServer(create_app(self._jobs, model_id=info.target_name, defaults=defaults, info=info),
-                                  self._jobs)
-        self.url = server.start(HOST, port)
-        self._server, self.port = server, port
+        answer = self._client.serve(HOST, port, sampling=sampling_config(settings), spec=spec_config(settings),
+                                    max_tokens_limit=settings.n_ctx)
+        if answer.error:
+            raise TandemError(answer.error)
+        self.url, self.port = answer.url, port
         return self.url
 
     def stop(self) -> None:
-        if self._remote:
-            self._remote, self.url = False, ""
+        if self.url:
+            self.url = ""
             self._client.stop_serving()
-        if self._server is not None:
-            self._server.stop()
-            self._server, self.url = None, ""
 
     def engine_died(self) -> None:
         """The server went with the engine: off, as at a start."""
-        self._remote, self.url = False, ""
+        self.url = ""
         if self.dialog is not None:
             self._show(self.dialog, "The local server stopped with the engine.")
 
@@ -98,7 +77,7 @@ class ServerController(QObject):
         dialog = ServerDialog(self._dialog_parent)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.port.setValue(self.port)
-        for record in (self._recent if hasattr(self._client, "served") else self._jobs.recent):
+        for record in self._recent:
             dialog.add_request(record)
         dialog.switched.connect(self._switch)
         self.served.connect(dialog.add_request)

@@ -57,7 +57,7 @@ def test_a_float_target_drafts_from_a_compact_copy_and_says_what_the_target_alon
     plain = LlamaBackend(float_models[arch], n_ctx=1024, n_threads=1)
     try:
         head = pair.engine.drafter.model
-        assert head.compact and "Q8_0" in head.name
+        assert head.compact_copy and "Q8_0" in head.name
         assert not pair.target.load_mtp  # the target's own MTP blocks stay on disk
         [copy] = _heads()
         tensors = {t.name: t for t in open_model_file(copy).header.tensors}
@@ -132,7 +132,7 @@ def test_a_copy_llama_cpp_refuses_leaves_the_reply_plain_and_is_forgotten(float_
 def test_a_quantised_target_drafts_with_its_own_head(mtp_models, home):
     pair = _load(mtp_models["qwen35"])
     try:
-        assert not pair.engine.drafter.model.compact and pair.target.load_mtp
+        assert not pair.engine.drafter.model.compact_copy and pair.target.load_mtp
         assert _heads() == []
     finally:
         pair.target.close()
@@ -143,7 +143,7 @@ def test_without_room_in_memory_the_target_drafts_with_its_own_head(float_models
     caplog.set_level(logging.WARNING, "tandem.heads")
     pair = _load(float_models["glm4moe"])
     try:
-        assert not pair.engine.drafter.model.compact and pair.target.load_mtp
+        assert not pair.engine.drafter.model.compact_copy and pair.target.load_mtp
         assert _heads() == []
         [line] = [r.getMessage() for r in caplog.records]
         assert "not leave enough memory" in line

@@ -24,7 +24,8 @@ def bench(home: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_every_method_is_a_choice():
-    assert names() == ["chain", "tree", "lookahead", "text", "self", "mtp", "auto"]
+    """Each drafter kind's method (app/drafter_kinds.py), then the bench's own."""
+    assert names() == ["chain", "lookup", "lookahead", "mtp", "eagle3", "tree", "text", "self", "auto"]
 
 
 def test_chain_and_tree_set_the_trees_the_bench_runs(demo_models, tmp_path):
@@ -99,3 +100,21 @@ def test_mtp_drafts_with_the_targets_own_head_and_auto_picks_it(mtp_models, demo
     none = bench(home, "--method", "mtp", "--target", str(demo_models.target), *common)
     assert none.returncode != 0 and none.stderr.splitlines() == [
         f"tandem: error: --method mtp: {demo_models.target.name}: it has no MTP head"]
+
+
+def test_a_kinds_method_comes_from_its_declaration(demo_models):
+    """A kind that needs nothing runs the target alone; one that runs a draft file of its
+    own architecture refuses, in one line, a draft of another or none."""
+    import argparse
+
+    from app.bench import methods as bench_methods
+
+    args = argparse.Namespace(method="lookup", drafter="model", draft=demo_models.draft)
+    assert bench_methods.prepare(args, lambda *a: None) == "lookup: copies from the context, no draft"
+    assert (args.drafter, args.draft) == ("lookup", None)
+    for draft, said in ((None, "--method eagle3 needs --draft: a file of architecture eagle3"),
+                        (demo_models.draft, f"--method eagle3: {demo_models.draft.name} is of architecture llama, "
+                                            "not eagle3")):
+        with pytest.raises(bench_methods.MethodUnavailable) as raised:
+            bench_methods.prepare(argparse.Namespace(method="eagle3", drafter="model", draft=draft), lambda *a: None)
+        assert str(raised.value) == said

@@ -1,4 +1,6 @@
-"""EngineClient and its worker thread, driven by a scripted engine (no model)."""
+"""The window's engine client over the engine host on a thread (``app.enginehost.thread_link``),
+driven by a scripted session (no model): the same client, host and messages as the app's
+engine process."""
 
 from __future__ import annotations
 
@@ -7,20 +9,21 @@ from pathlib import Path
 
 import pytest
 
-from app.bridge.models import ModelSpec
-from app.bridge.worker import EngineClient, TokenMailbox, one_line
+from app.bridge.engine_process import EngineProcessClient
 from app.engine.errors import ContextOverflowError, ModelFileError
-from app.engine.types import TokenEvent, TokenKind
+from app.errors import one_line
+from app.session import loading
+from app.session.config import ModelSpec
 
-from .fakes import ScriptedLoader, tokens
+from .fakes import ScriptedLoader, scripted_client, tokens
 
 
 @pytest.fixture
 def client(qtbot):
     clients = []
 
-    def make(loader) -> EngineClient:
-        c = EngineClient(loader=loader)
+    def make(loader) -> EngineProcessClient:
+        c = scripted_client(loader)
         clients.append(c)
         with qtbot.waitSignal(c.loaded, timeout=10_000):
             c.load(ModelSpec(target_path="scripted.gguf"))
@@ -29,18 +32,6 @@ def client(qtbot):
     yield make
     for c in clients:
         c.shutdown()
-
-
-def test_mailbox_signals_only_when_it_goes_from_empty_to_full():
-    box = TokenMailbox()
-    event = TokenEvent(1, "a", TokenKind.ACCEPTED)
-    assert box.put(1, event) is True
-    assert box.put(1, event) is False
-    assert box.put(2, event) is False  # a new request starts a new batch, no extra nudge
-    batches = box.take()
-    assert [(b.request_id, len(b.events)) for b in batches] == [(1, 2), (2, 1)]
-    assert box.take() == []
-    assert box.put(1, event) is True
 
 
 def test_a_fast_stream_arrives_whole_in_few_batches_and_ends_after_its_tokens(qtbot, client):
@@ -86,7 +77,7 @@ def test_engine_errors_become_one_line_messages(qtbot, client):
 
 
 def test_a_failed_load_reports_its_reason_and_generation_says_no_model(qtbot):
-    c = EngineClient(loader=ScriptedLoader(load_error=ModelFileError("x.gguf: not a GGUF file")))
+    c = scripted_client(ScriptedLoader(load_error=ModelFileError("x.gguf: not a GGUF file")))
     try:
         with qtbot.waitSignal(c.load_failed, timeout=10_000) as failed:
             c.load(ModelSpec(target_path="x.gguf"))
@@ -115,16 +106,40 @@ def test_one_line_keeps_tandem_messages_and_shortens_others():
 
 
 def test_shutdown_stops_a_running_reply_and_joins_the_thread(qtbot, client):
-    c = client(ScriptedLoader(tokens(*["x"] * 10_000), delay=0.01))
+    loader = ScriptedLoader(tokens(*["x"] * 10_000), delay=0.01)
+    c = client(loader)
     with qtbot.waitSignal(c.tokens, timeout=10_000):
         c.generate([("user", "go")], max_tokens=10_000)
+    link = c._link
     c.shutdown()
-    assert not c._thread.isRunning()
-    assert not c.busy or all(r.cancel.is_set() for r in c._active.values())
+    assert not link._engine.is_alive()  # the host ended its loop: the reply was stopped ...
+    assert loader.models.closed         # ... and the models freed
+    assert not c.alive
+
+
+def test_messages_that_cannot_cross_a_process_fail_on_the_thread_link_too(qtbot, client):
+    """The thread link pickles as the process channel does: a reply whose stats carry
+    something that does not pickle fails in one line, here as in the app, and the engine
+    goes on answering."""
+    loader = ScriptedLoader(tokens("a"))
+    c = client(loader)
+    original = loader.engine.generate
+
+    def unpicklable(*args, **kwargs):
+        generation = original(*args, **kwargs)
+        generation.stats.lookahead_note = lambda: None  # a function does not pickle
+        return generation
+
+    loader.engine.generate = unpicklable
+    with qtbot.waitSignal(c.failed, timeout=10_000) as failed:
+        c.generate([("user", "go")])
+    assert failed.args[1].startswith("The engine could not send its reply: ")
+    loader.engine.generate = original
+    with qtbot.waitSignal(c.finished, timeout=10_000):
+        c.generate([("user", "again")])
 
 
 def test_an_empty_target_provisions_the_demo_pair_with_progress(monkeypatch, tmp_path):
-    from app.bridge import models
     from app.models import demo
 
     def fake_demo_pair(progress):
@@ -134,15 +149,15 @@ def test_an_empty_target_provisions_the_demo_pair_with_progress(monkeypatch, tmp
 
     monkeypatch.setattr(demo, "demo_pair", fake_demo_pair)
     reports = []
-    target, draft = models.resolve_paths(ModelSpec(), lambda stage, fraction: reports.append((stage, fraction)))
+    target, draft = loading.resolve_paths(ModelSpec(), lambda *report: reports.append(report))
     assert (target, draft) == (tmp_path / "t.gguf", tmp_path / "d.gguf")
-    assert reports == [("Downloading demo model", 0.25), ("Writing F32 copy of the demo model", -1.0)]
+    assert reports == [("Downloading demo model", 25, 100), ("Writing F32 copy of the demo model", 0, 0)]
 
     # A newer load makes the provisioning give up at its next progress report.
-    with pytest.raises(models.LoadCancelled):
-        models.resolve_paths(ModelSpec(), lambda stage, fraction: False)
+    with pytest.raises(loading.LoadCancelled):
+        loading.resolve_paths(ModelSpec(), lambda *report: False)
     # A target of one's own never touches the demo pair.
-    assert models.resolve_paths(ModelSpec(target_path="/m/t.gguf"), lambda *a: True) == (Path("/m/t.gguf"), None)
+    assert loading.resolve_paths(ModelSpec(target_path="/m/t.gguf"), lambda *a: True) == (Path("/m/t.gguf"), None)
 
 
 def test_the_window_shows_load_progress_until_the_models_are_ready(make_window, qtbot):

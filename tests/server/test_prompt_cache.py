@@ -8,7 +8,7 @@ import inspect
 
 import pytest
 
-from app.server.prompt_cache import WORTH
+from app.session.kept_states import MIN_TOKENS_SAVED
 
 
 @pytest.fixture(scope="module")
@@ -25,10 +25,10 @@ def _ask(client, messages, max_tokens=12, **options):
 
 def test_an_agent_finds_its_head_again_after_another_clients_request(client, head):
     first = _ask(client, head)
-    assert first.usage.prompt_tokens > 2 * WORTH
+    assert first.usage.prompt_tokens > 2 * MIN_TOKENS_SAVED
     # Another client, another conversation: it takes the cache.
     other = _ask(client, [{"role": "user", "content": "Write a haiku about rain."}])
-    assert other.usage.prompt_tokens_details.cached_tokens < WORTH
+    assert other.usage.prompt_tokens_details.cached_tokens < MIN_TOKENS_SAVED
     follow_up = head + [{"role": "assistant", "content": first.choices[0].message.content},
                         {"role": "user", "content": "Which function is the longest?"}]
     second = _ask(client, follow_up)
@@ -38,7 +38,7 @@ def test_an_agent_finds_its_head_again_after_another_clients_request(client, hea
     again = _ask(client, [{"role": "user", "content": "Write a haiku about rain."},
                           {"role": "assistant", "content": other.choices[0].message.content},
                           {"role": "user", "content": "Another, about snow."}])
-    assert again.usage.prompt_tokens_details.cached_tokens < WORTH  # too short to be worth keeping
+    assert again.usage.prompt_tokens_details.cached_tokens < MIN_TOKENS_SAVED  # too short to be worth keeping
     # Put back, the conversation answers as it did when it was read: the same request
     # again, after the cache held something else entirely, without speculation.
     _ask(client, [{"role": "user", "content": "Count from one to twenty."}], max_tokens=40)
@@ -50,8 +50,8 @@ def test_an_agent_finds_its_head_again_after_another_clients_request(client, hea
 def test_it_keeps_the_most_recent_within_its_bounds_and_puts_back_the_best(q41_target):
     from app.server.prompt_cache import PromptCache
 
-    conversations = [[100 + 7 * c + i % 50 for i in range(WORTH + 40)] for c in range(3)]
-    cache = PromptCache(most=2)
+    conversations = [[100 + 7 * c + i % 50 for i in range(MIN_TOKENS_SAVED + 40)] for c in range(3)]
+    cache = PromptCache(max_kept=2)
     q41_target.trim(0)
     for tokens in conversations:
         assert cache.before(q41_target, tokens) == 0  # nothing of it held or kept
@@ -59,7 +59,7 @@ def test_it_keeps_the_most_recent_within_its_bounds_and_puts_back_the_best(q41_t
         q41_target.evaluate(tokens, [])
     assert cache.stored == 2 and len(cache._kept) == 2  # the first two, each before it was replaced
     # The second comes back; the third is kept as it goes, and the first, the least
-    # recently used, is let go (most=2).
+    # recently used, is let go (max_kept=2).
     grown = conversations[1] + [5, 6, 7]
     assert cache.before(q41_target, grown) == len(conversations[1])
     assert q41_target.tokens == conversations[1] and cache.restored == 1

@@ -1,5 +1,5 @@
 """The window's Local server speaks Ollama's API too: the official ``ollama`` client is
-answered by the window's own engine thread, and its request is listed in the dialog."""
+answered beside the window's engine (its host on a thread here), and its request is listed in the dialog."""
 
 from __future__ import annotations
 
@@ -21,13 +21,13 @@ def test_the_window_serves_ollama_clients(qtbot, demo_models):
     from ollama import Client
     from PySide6.QtWidgets import QWidget
 
-    from app.bridge.models import load_llama_models
-    from app.bridge.worker import EngineClient
+    from app.bridge.engine_process import EngineProcessClient
+    from app.enginehost.thread_link import thread_link
     from app.session.config import ModelSpec
     from app.storage.settings import Settings
     from app.window.server_controller import ServerController
 
-    client = EngineClient(load_llama_models)
+    client = EngineProcessClient(start_link=thread_link())
     try:
         with qtbot.waitSignal(client.loaded, timeout=300_000):
             client.load(ModelSpec())

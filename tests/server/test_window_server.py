@@ -1,5 +1,6 @@
-"""Local server from the window: requests served by the window's own engine thread with
-the models it loaded (one load), listed in the dialog as they are served."""
+"""Local server from the window: requests served beside the window's engine (its host on a
+thread here; in a process of its own in tests/server/test_window_server_engine.py) with the
+models it loaded (one load), listed in the dialog as they are served."""
 
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ def test_the_window_serves_its_loaded_models_without_loading_again(qtbot, demo_m
     from openai import OpenAI
     from PySide6.QtWidgets import QWidget
 
-    from app.bridge.models import load_llama_models
-    from app.bridge.worker import EngineClient
+    from app.bridge.engine_process import EngineProcessClient
+    from app.enginehost.host import load_models
+    from app.enginehost.thread_link import thread_link
     from app.session.config import ModelSpec
     from app.storage.settings import Settings
     from app.window.server_controller import ServerController
@@ -31,9 +33,9 @@ def test_the_window_serves_its_loaded_models_without_loading_again(qtbot, demo_m
 
     def counting_loader(spec, progress):
         loads.append(spec)
-        return load_llama_models(spec, progress)
+        return load_models(spec, progress)
 
-    client = EngineClient(counting_loader)
+    client = EngineProcessClient(start_link=thread_link(counting_loader))
     try:
         with qtbot.waitSignal(client.loaded, timeout=300_000):
             client.load(ModelSpec())

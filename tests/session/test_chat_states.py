@@ -14,7 +14,8 @@ import pytest
 
 from app.engine.types import SamplingConfig, SpecConfig
 from app.session import chat_states
-from app.session.chat_states import MAGIC, WORTH, ChatStates, read_state
+from app.session.chat_states import MAGIC, ChatStates, read_state
+from app.session.kept_states import MIN_TOKENS_SAVED
 from app.session.config import ModelSpec
 from app.session.engine_link import engine_log
 from app.session.engine_session import EngineSession
@@ -23,7 +24,7 @@ from rpc_workers import tandem_env
 
 GREEDY = SamplingConfig(temperature=0.0)
 SPEC = SpecConfig(draft_max=4)
-# A system prompt long enough that the chat's cache is worth keeping (>= WORTH tokens).
+# A system prompt long enough that the chat's cache is worth keeping (>= MIN_TOKENS_SAVED tokens).
 SYSTEM = " ".join(f"Rule {i}: answer briefly and name the rule you followed when it applies." for i in range(40))
 FIRST = (("user", "What is a linked list?"),)
 OTHER = (("user", "Name three colours."),)
@@ -108,7 +109,7 @@ def test_a_reopened_chat_reads_only_what_it_adds_and_answers_as_a_re_read(demo_m
     re_read, full = _reopened(demo_models, tmp_path / "fresh", follow_up, None)
     assert not (tmp_path / "fresh" / "data" / "chat-states").exists()  # no chat: nothing kept
     assert restored == re_read and restored
-    assert full.prompt_eval_tokens == full.prompt_tokens > WORTH  # the fresh engine read it all
+    assert full.prompt_eval_tokens == full.prompt_tokens > MIN_TOKENS_SAVED  # the fresh engine read it all
     assert stats.prompt_tokens == full.prompt_tokens
     assert stats.prompt_eval_tokens < 40, stats  # only what changed, the new turn (and the reply's last token)
 
@@ -176,7 +177,7 @@ def test_a_damaged_or_outdated_state_is_ignored_with_one_line(demo_models, conve
 
 
 def test_states_are_bounded_and_a_deleted_chat_leaves_none(tmp_path):
-    """The files' own rules, without a model: the least recently used go past MOST, and
+    """The files' own rules, without a model: the least recently used go past MAX_KEPT, and
     ``prune`` / ``forget`` remove what the history no longer has."""
     import os
 
@@ -186,8 +187,8 @@ def test_states_are_bounded_and_a_deleted_chat_leaves_none(tmp_path):
         path = folder / f"{chat}.state"
         path.write_bytes(b"x" * 10)
         os.utime(path, (1000 + chat, 1000 + chat))
-    states = ChatStates(folder, most=3)
-    states._trim(keep=folder / "0.state")
+    states = ChatStates(folder, max_kept=3)
+    states._trim(newest=folder / "0.state")
     assert sorted(p.name for p in folder.iterdir()) == ["0.state", "3.state", "4.state"]
     (folder / "notes.state").write_bytes(b"?")
     chat_states.prune(folder, {3})

@@ -1,12 +1,11 @@
-"""``ChatController`` on its own: the real worker thread and Qt signals, a scripted engine,
+"""``ChatController`` on its own: the real engine client and host (on a thread), a scripted session,
 the real chat view, stats panel and notices — no window around them."""
 
 from __future__ import annotations
 
 import pytest
 
-from app.bridge.models import ModelSpec
-from app.bridge.worker import EngineClient
+from app.session.config import ModelSpec
 from app.engine.types import StopReason
 from app.errors import TandemError
 from app.storage.settings import Settings
@@ -17,7 +16,7 @@ from app.ui.stats_panel import StatsPanel
 from app.window.chat_controller import ChatController
 
 from window_fixtures import LOAD_TIMEOUT_MS, REPLY_TIMEOUT_MS
-from bridge.fakes import ScriptedLoader, tokens
+from bridge.fakes import ScriptedLoader, scripted_client, tokens
 
 SETTINGS = Settings(target_path="/models/scripted.gguf", temperature=0.5, seed=3, max_tokens=7,
                     system_prompt="Be brief.")
@@ -30,7 +29,7 @@ def chat(qtbot, qasync_loop):
 
     def make(events=tokens("Hello", " there", "!"), *, delay=0.0, settings=SETTINGS):
         loader = ScriptedLoader(events, delay=delay)
-        client = EngineClient(loader=loader)
+        client = scripted_client(loader)
         view, stats, notices = ChatView(), StatsPanel(), NoticeArea()
         for widget in (view, stats, notices):
             qtbot.addWidget(widget)
@@ -129,9 +128,8 @@ def test_regenerate_hands_the_old_reply_to_the_session_to_copy_from(chat, qtbot)
     """A session with copy sources (``ChatSession.remember``) is given the replaced reply,
     and the engine the session's sources; a first reply replaces nothing."""
     controller, loader, _ = chat()
-    remembered: list[str] = []
+    remembered = loader.models.remembered
     loader.models.copy_sources = "the session's sources"
-    loader.models.remember = remembered.extend
     with qtbot.waitSignal(controller.reply_finished, timeout=REPLY_TIMEOUT_MS):
         controller.send("Hi")
     assert remembered == [] and loader.engine.copy_sources == ["the session's sources"]

@@ -12,14 +12,13 @@ from PySide6.QtWidgets import QWidget
 from chat_format_models import write_gemma3
 
 from app.backends.llama.builtin_chat_formats import chat_format_names
-from app.bridge.worker import EngineClient
 from app.storage.settings import Settings, load_settings
 from app.ui.chat_format_chooser import FILE_OWN_LABEL
 from app.ui.settings_dialog import SettingsDialog
 from app.window.library_controller import LibraryController
 
 from window_fixtures import LOAD_TIMEOUT_MS, send_and_wait, wait_loaded
-from bridge.fakes import ScriptedLoader
+from bridge.fakes import ScriptedLoader, scripted_client
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +88,8 @@ def test_the_library_chooses_the_format_of_the_chosen_model(qtbot, tmp_path, gem
         monkeypatch.delenv(name, raising=False)
     parent = QWidget()
     qtbot.addWidget(parent)
-    client = EngineClient(loader=ScriptedLoader())
+    client = scripted_client(ScriptedLoader())
+    qtbot.waitUntil(lambda: bool(client.chat_format_names()), timeout=LOAD_TIMEOUT_MS)  # the engine's Ready
     state = {"settings": Settings(library_folders=(str(gemma.parent),))}
     said = []
     controller = LibraryController(client, settings=lambda: state["settings"],

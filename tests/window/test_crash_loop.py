@@ -1,6 +1,6 @@
 """No crash loop: a start that died while loading models does not load them again.
 
-A real window process dies in the middle of a load (its loader aborts, standing in
+A real engine process dies in the middle of a load (its loader aborts, standing in
 for whatever llama.cpp might still die of past the trial load); the next window
 start in this test sees the mark that process left, does not load those models,
 says why and opens the settings, and loads them only when asked to.
@@ -9,45 +9,44 @@ says why and opens the settings, and loads them only when asked to.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from PySide6.QtWidgets import QDialogButtonBox
 
+from app.session import protocol as p
+from app.session.config import ModelSpec
+from app.session.engine_session import EngineDied, EngineSession
 from app.storage import load_marker
 from app.storage.settings import Settings
 
 from window_fixtures import wait_loaded
 from bridge.fakes import ScriptedLoader
 
-ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = Settings(target_path="/models/killer.gguf", draft_path="/models/killer-draft.gguf")
 
 
-def die_while_loading(tandem_home: Path, settings: Settings) -> int:
-    """A real engine client and worker thread in another process, killed mid-load."""
-    code = textwrap.dedent("""
-        import os, sys
-        from PySide6.QtCore import QCoreApplication
-        from app.bridge.models import ModelSpec
-        from app.bridge.worker import EngineClient
+def die_while_loading(tandem_home: Path, settings: Settings) -> str:
+    """A real engine process, its loader aborting mid-load (the engine's test hook); the
+    line its death was reported with."""
+    loader = tandem_home / "dying_loader.py"
+    loader.parent.mkdir(parents=True, exist_ok=True)
+    loader.write_text(textwrap.dedent("""
+        import os
 
-        def dying_loader(spec, progress):
+        def load(spec, progress):
             progress("Loading target model", 0.3)
             os.abort()  # what a GGML_ASSERT does
-
-        app = QCoreApplication([])
-        client = EngineClient(loader=dying_loader)
-        client.load(ModelSpec(target_path=sys.argv[1], draft_path=sys.argv[2]))
-        app.exec()
-    """)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TANDEM_HOME=str(tandem_home), QT_QPA_PLATFORM="offscreen")
-    done = subprocess.run([sys.executable, "-c", code, settings.target_path, settings.draft_path],
-                          env=env, cwd=ROOT, capture_output=True, timeout=60)
-    assert done.returncode < 0, done.stderr  # killed by SIGABRT, as llama.cpp would be
-    return done.returncode
+    """))
+    env = dict(os.environ, TANDEM_HOME=str(tandem_home), **{p.TEST_HOOKS: "1", p.TEST_LOADER: f"{loader}:load"})
+    engine = EngineSession(env=env)
+    try:
+        with pytest.raises(EngineDied) as died:
+            engine.load(ModelSpec(target_path=settings.target_path, draft_path=settings.draft_path))
+    finally:
+        engine.close()
+    return str(died.value)
 
 
 def test_the_next_start_does_not_load_what_killed_the_last(make_window, qtbot, tandem_home):

@@ -7,14 +7,14 @@ import time
 
 import pytest
 
-from app.bridge.models import ChatPrompt, LoadInfo
+from app.session.chat_types import ChatPrompt, LoadInfo
 from app.engine.prompting import template_limits
 from app.engine.prompting.chat import conversation_prompt
 from app.storage.settings import Settings
 from app.ui.message_view import COMPLETE, STOPPED
 
 from window_fixtures import REPLY_TIMEOUT_MS, wait_loaded
-from bridge.fakes import ScriptedLoader, tokens
+from bridge.fakes import ScriptedLoader, ScriptedModels, tokens
 
 NESTED_LOOPS = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
 SETTINGS = Settings(target_path="/models/hostile.gguf", draft_path="/models/scripted-draft.gguf")
@@ -42,21 +42,15 @@ class TextModel:
         return chr(token_id)
 
 
-class TemplateModels:
-    """ScriptedModels whose prompt() renders the model's template as the real models do."""
+class TemplateModels(ScriptedModels):
+    """ScriptedModels whose prompt renders the model's template as the real models do."""
 
-    def __init__(self, scripted, template: str) -> None:
-        self._scripted = scripted
-        self.engine = scripted.engine
-        self.info = LoadInfo(target_name="hostile.gguf", target_path="/models/hostile.gguf")
+    def __init__(self, scripted: ScriptedModels, template: str) -> None:
+        super().__init__(scripted.engine, LoadInfo(target_name="hostile.gguf", target_path="/models/hostile.gguf"))
         self.model = TextModel(template)
-        self.closed = False
 
-    def prompt(self, history, system_prompt: str, max_tokens: int) -> ChatPrompt:
+    def render(self, history, system_prompt: str, max_tokens: int) -> ChatPrompt:
         return ChatPrompt(*conversation_prompt(self.model, history, system_prompt, max_tokens))
-
-    def close(self) -> None:
-        self.closed = True
 
 
 @pytest.fixture
@@ -116,7 +110,8 @@ def test_closing_the_window_ends_a_render_in_progress(hostile_window, qtbot, mon
     window = hostile_window()
     window.send("Hi")
     qtbot.wait(300)
+    link = window.client._link
     started = time.monotonic()
     window.close()  # joins the engine thread: returns only once the render has ended
     assert time.monotonic() - started < 5
-    assert not window.client._thread.isRunning()
+    assert not link._engine.is_alive()

@@ -9,11 +9,10 @@ from PySide6.QtWidgets import QWidget
 
 from library.library_tree import build_folder, build_home, model
 
-from app.bridge.worker import EngineClient
 from app.storage.settings import Settings
 from app.window.library_controller import LibraryController
 
-from bridge.fakes import ScriptedLoader
+from bridge.fakes import ScriptedLoader, scripted_client
 
 TARGET = "bigco/Big-7B-GGUF/Big-7B-Q8_0.gguf"
 TIMEOUT_MS = 30_000
@@ -38,7 +37,7 @@ def library(qtbot, tmp_path, monkeypatch):
         monkeypatch.delenv(name, raising=False)
     parent = QWidget()
     qtbot.addWidget(parent)
-    client = EngineClient(loader=ScriptedLoader())
+    client = scripted_client(ScriptedLoader())
     holder = Holder()
     checks = []
     controller = LibraryController(client, settings=lambda: holder.settings, apply=holder.apply,
@@ -106,7 +105,7 @@ def test_a_target_chosen_by_hand_outside_every_place_finds_its_drafts(qtbot, lib
 
 def test_check_speculation_waits_for_the_pair_to_load(qtbot, library):
     controller, holder, checks, folder, client = library
-    from app.bridge.models import ModelSpec
+    from app.session.config import ModelSpec
 
     client.load(ModelSpec.from_settings(Settings(target_path="/models/t.gguf")))
     assert client.loading

@@ -9,7 +9,7 @@ from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication, QDialogButtonBox
 
-from app.bridge.models import LoadInfo
+from app.session.chat_types import LoadInfo
 from app.engine.errors import ModelFileError
 from app.engine.types import COPY_MIN, TokenEvent, TokenKind
 from app.gpu.monitor import NO_GPU_MESSAGE

@@ -10,7 +10,6 @@ import os
 import pytest
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
-from app.bridge.worker import EngineClient
 from app.session.config import ModelSpec
 from app.storage import made_drafts, paths
 from app.storage.settings import Settings
@@ -18,7 +17,7 @@ from app.ui.notices import NoticeArea
 from app.window.first_run_controller import FirstRunController
 from app.window.library_controller import LibraryController
 
-from bridge.fakes import ScriptedLoader
+from bridge.fakes import ScriptedLoader, scripted_client
 
 TIMEOUT_MS = 300_000  # a real quantizer run and trial load on a shared machine
 
@@ -49,7 +48,7 @@ def target_folder(tmp_path, demo_models, monkeypatch):
 def library(qtbot, target_folder):
     parent = QWidget()
     qtbot.addWidget(parent)
-    client = EngineClient(loader=ScriptedLoader())
+    client = scripted_client(ScriptedLoader())
     holder = Holder(Settings(library_folders=(str(target_folder),)))
     holder.checks = 0
 
@@ -131,7 +130,7 @@ def _first_run(qtbot, target: str):
     chat, composer = QWidget(parent), QWidget(parent)
     column.addWidget(chat)
     column.addWidget(composer)
-    client = EngineClient(loader=ScriptedLoader())
+    client = scripted_client(ScriptedLoader())
     holder = Holder(Settings())
     holder.checks = 0
 

@@ -21,6 +21,14 @@ leaves one sequence again; the part of the kept path off the first chain leaves 
 and goes in again at the head of the next batch, so the logits stay those of a line
 (tests/backends/llama/test_tree_backend.py).
 
+Drafters that read the target (an MTP head, an EAGLE-3 drafter) keep what they read
+themselves: the backend tells one listener (``listen``) of every change to its sequence,
+each decode, a tree's kept branch and each trim (``target_batches.py``), and hands out
+the rows of its last decode on request (``hidden_rows``, ``layer_input_rows``).
+
+A long prompt may be read by a second, flash-attention context and moved in
+(``flash_reader.ReadingApart``, which the backend holds).
+
 Threads: ``set_threads`` calls ``llama_set_n_threads``; it takes effect at the next decode.
 """
 
@@ -37,13 +45,14 @@ import numpy as np
 
 from app.backends.llama import cache_image, layer_inputs, log_capture, rpc
 from app.backends.llama.backend_error import BackendError
-from app.backends.llama.flash_reader import ReadsApart
+from app.backends.llama.flash_reader import ReadingApart, room_for_a_reader
 from app.backends.llama.eagle_head import EagleHead, TargetFeatures, load_drafter_model
 from app.backends.llama.line_batch import fill_line
 from app.backends.llama.log_capture import last_error
-from app.backends.llama.mtp_head import HiddenRows, MtpHead, hidden_rows_on, load_head_model, read_hidden
+from app.backends.llama.mtp_head import MtpHead, hidden_rows_on, load_head_model, read_hidden
 from app.backends.llama.process_setup import default_threads, ensure_initialised
 from app.backends.llama.state_checkpoints import KEEP_EVERY, Checkpoint, Checkpoints
+from app.backends.llama.target_batches import BatchListener, TargetBatch
 from app.backends.llama.token_tree import leaf_sequences
 from app.backends.llama.vocabulary import VocabularyReader
 from app.engine.backend import CacheImage
@@ -65,7 +74,7 @@ _PROMPT_BATCH = 32
 _PARTIAL = ll.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 
 
-class LlamaBackend(VocabularyReader, ReadsApart):
+class LlamaBackend(VocabularyReader):
     """A loaded GGUF model with its own KV cache, implementing ``engine.backend.ModelBackend``."""
 
     def __init__(self, path: str | Path | ModelFile, *, n_ctx: int = 4096, n_gpu_layers: int = -1,
@@ -86,13 +95,15 @@ class LlamaBackend(VocabularyReader, ReadsApart):
         self.path = path
         self._model = self._ctx = None
         self._batch = None
-        self._head: MtpHead | None = None
-        self._hidden: HiddenRows | None = None  # its rows by position, while a head reads them
-        self._read_rows: Callable[[int], np.ndarray] | None = None  # the last decode's rows for it
+        self._head: MtpHead | None = None  # a drafter reading this context (mtp_head, eagle_head)
+        self._listener: BatchListener | None = None  # told of every change to the sequence (listen)
+        self._apart: ReadingApart | None = None  # long readings in a flash-attention context
         self._workers: tuple[str, ...] = ()  # RPC workers its layers live on, while loaded
         # Over workers: how many of its layers each holds, workers first, then "here"
         # (this machine's devices together); () for a load without workers.
         self.layer_split: tuple[tuple[str, int], ...] = ()
+        # llama.cpp's buffers as it reported them: (device, part, bytes); () until loaded.
+        self.buffers: tuple[tuple[str, str, int], ...] = ()
 
         mparams = ll.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers if n_gpu_layers >= 0 else 999
@@ -116,7 +127,7 @@ class LlamaBackend(VocabularyReader, ReadsApart):
                 if devices is not None:
                     self.layer_split = rpc.layer_split(said.layer_devices, devices, ll.llama_model_n_layer(self._model))
                 # (device, part, bytes) of each buffer llama.cpp made for this model and its context
-                self.buffers: tuple[tuple[str, str, int], ...] = tuple(said.buffers)
+                self.buffers = tuple(said.buffers)
             except BaseException:
                 self.close()  # what was made, and the workers held
                 raise
@@ -149,10 +160,8 @@ class LlamaBackend(VocabularyReader, ReadsApart):
         cparams.flash_attn_type = _flash_attn_type(flash_attention, mparams.n_gpu_layers, **fa)
         # A long prompt read by a flash-attention context of its own (flash_reader.py):
         # one stream of plain attention cache, on this machine's CPU.
-        self._reads_apart = (reads_apart(flash_attention, gpu=_on_gpu(mparams.n_gpu_layers), **fa)
-                             and self.memory == ATTENTION and not self._workers)
-        self._cparams = cparams
-        self.read_apart = 0  # prompt tokens read so, for the tests and the probe
+        apart = (reads_apart(flash_attention, gpu=_on_gpu(mparams.n_gpu_layers), **fa)
+                 and self.memory == ATTENTION and not self._workers)
         # Whether its context runs flash attention (None: llama.cpp's own choice, on a GPU).
         self.flash_attention = {ll.LLAMA_FLASH_ATTN_TYPE_ENABLED: True,
                                 ll.LLAMA_FLASH_ATTN_TYPE_DISABLED: False}.get(cparams.flash_attn_type)
@@ -168,10 +177,12 @@ class LlamaBackend(VocabularyReader, ReadsApart):
         self.adaptive_threads = n_threads == 0
         self.n_batch = cparams.n_batch
         self._memory = ll.llama_get_memory(self._ctx)
+        self._apart = ReadingApart(self._model, cparams, self._ctx, self._memory, on=apart, name=shown_name(path),
+                                   read_here=self._read_here_from)
         self._batch = ll.llama_batch_init(self.n_batch, 0, branches)
         self.tree_branches = branches
         self._tree: list[int] | None = None  # a tree evaluated and not yet kept: its tokens
-        self._tree_rows: np.ndarray | None = None  # its nodes' hidden rows, while an MTP head reads them
+        self._tree_first_row = 0  # its node 0's row among the decode's (a kept branch read again came first)
         self.load_mtp = bool(mparams.load_mtp)
         # What llama.cpp honoured of the snapshots (0 where the architecture has none).
         self.rs_snapshots = ll.llama_n_rs_seq(self._ctx) if self.memory != ATTENTION else 0
@@ -185,13 +196,19 @@ class LlamaBackend(VocabularyReader, ReadsApart):
 
         self._read_vocabulary(path)
         self._tokens: list[int] = []
-        self._lag = 0  # of those, the last ones not in the cache yet (a tree's kept branch)
+        self._uncached = 0  # of those, the last ones not in the cache yet (a tree's kept branch)
         self._piece_cache: dict[int, bytes] = {}
 
     # -- protocol (its vocabulary part is VocabularyReader's) --------------------
     @property
     def tokens(self) -> list[int]:
         return self._tokens
+
+    @property
+    def read_apart(self) -> int:
+        """Prompt tokens read in the flash-attention reader (``flash_reader.py``), for the
+        tests and the probe."""
+        return self._apart.tokens_read
 
     # ``evaluate(..., borrow=True)`` and ``evaluate_tree(..., borrow=True)`` may return a
     # view of llama.cpp's own logits buffer (no copy of (k+1) x vocabulary floats); it is
@@ -205,13 +222,14 @@ class LlamaBackend(VocabularyReader, ReadsApart):
                 f"The conversation needs {len(self._tokens) + len(tokens)} tokens but the context "
                 f"holds {self.n_ctx}; start a new chat or raise the context size.")
         wanted = set(logits_at)
-        if not wanted and tokens and self._read_apart(tokens):
+        if not wanted and tokens and self._apart.read(tokens, len(self._tokens), self._free_to_read_apart):
+            self._tokens.extend(tokens)
             return np.empty((0, self.n_vocab), dtype=np.float32)
-        self._settle()
-        if self._lag:  # a tree's kept branch goes into the cache first (see keep_branch)
-            head, cached = self._tokens[-self._lag:], len(self._tokens) - self._lag
+        self._apart.bring_back()
+        if self._uncached:  # a tree's kept branch goes into the cache first (see keep_branch)
+            head, cached = self._tokens[-self._uncached:], len(self._tokens) - self._uncached
             del self._tokens[cached:]
-            self._lag = 0
+            self._uncached = 0
             tokens, wanted = head + tokens, {len(head) + i for i in wanted}
             try:
                 return self._evaluate(tokens, wanted, borrow)
@@ -260,26 +278,27 @@ class LlamaBackend(VocabularyReader, ReadsApart):
 
     def trim(self, n_keep: int) -> None:
         """Exact on every memory: afterwards the cache holds ``tokens[:n_keep]`` (a kept
-        branch may still wait in ``_lag``), or this raises BackendError with the cache
+        branch may still wait in ``_uncached``), or this raises BackendError with the cache
         holding some prefix of them, which ``tokens`` then says."""
-        if self._reader is not None and n_keep <= self._reader.base:
-            self._drop_reader()  # what it read goes anyway
-        self._settle()
+        apart_from = self._apart.base
+        if apart_from is not None and n_keep <= apart_from:
+            self._drop_reading_apart()  # what it read goes anyway
+        self._apart.bring_back()
         if self._tree is not None:  # a tree left unkept (an error before acceptance): drop all of it
             self._tree = None
             ll.llama_memory_seq_keep(self._memory, 0)
-            cached = len(self._tokens) - self._lag
+            cached = len(self._tokens) - self._uncached
             if not ll.llama_memory_seq_rm(self._memory, 0, cached, -1):
                 self._cut(min(n_keep, cached), native=False)
         if n_keep < len(self._tokens):
-            cached = len(self._tokens) - self._lag
+            cached = len(self._tokens) - self._uncached
             if n_keep < cached:
                 self._cut(n_keep)
             else:
-                self._lag = n_keep - cached
+                self._uncached = n_keep - cached
                 del self._tokens[n_keep:]
-        if self._hidden is not None:
-            self._hidden.forget_from(len(self._tokens))
+        if self._listener is not None:
+            self._listener.target_read(TargetBatch.trim(len(self._tokens)))
 
     def rollback_point(self) -> None:
         """The engine may trim back to the cache's end as it is now (a draft round's
@@ -292,8 +311,8 @@ class LlamaBackend(VocabularyReader, ReadsApart):
         """Make the cache hold exactly ``tokens[:n_keep]`` (fewer than it holds): a
         partial removal where the memory can do one, else the latest checkpoint at or
         before ``n_keep`` and the tokens after it decoded again, else all of them."""
-        del self._tokens[len(self._tokens) - self._lag:]  # a kept branch not yet cached goes too
-        self._lag = 0
+        del self._tokens[len(self._tokens) - self._uncached:]  # a kept branch not yet cached goes too
+        self._uncached = 0
         self._checkpoints.drop_after(n_keep)
         if native and self._can_cut(n_keep):
             if ll.llama_memory_seq_rm(self._memory, 0, n_keep, -1):
@@ -360,31 +379,36 @@ class LlamaBackend(VocabularyReader, ReadsApart):
             return False
         return True
 
-    def save_cache(self) -> tuple[list[int], object, int, object]:
-        """What the cache holds, copied out (llama.cpp's sequence state), so that other
-        work can use the context and ``restore_cache`` put it back: a long prompt's
-        evaluation paused while a short request is served (``app/server/interleave.py``)."""
-        if self._lag or self._tree is not None or self._reader is not None:
+    def _save_cache(self) -> tuple[list[int], bytearray, int, object]:
+        """What the cache holds, copied out (llama.cpp's sequence state, written straight
+        into the bytearray a ``CacheImage`` keeps: ``cache_image``)."""
+        if self._uncached or self._tree is not None or self._apart.base is not None:
             self.evaluate([], [])  # a kept branch not yet cached (or a prompt read apart) goes in first
         size = ll.llama_state_seq_get_size(self._ctx, 0)
-        buf = (ctypes.c_uint8 * max(size, 1))()
-        n = ll.llama_state_seq_get_data(self._ctx, buf, size, 0) if size else 0
+        state = bytearray(max(size, 1))
+        into = (ctypes.c_uint8 * len(state)).from_buffer(state)
+        n = ll.llama_state_seq_get_data(self._ctx, into, size, 0) if size else 0
+        del into  # (it pins the bytearray's size)
         if self._tokens and n == 0:
             raise BackendError(f"llama.cpp could not copy the cache out ({last_error()})")
-        rows = self._hidden.copy() if self._hidden is not None else None  # what an MTP head reads
-        return list(self._tokens), buf, n, rows
+        rows = self._listener.rows_copy() if self._listener is not None else None  # what an MTP head reads
+        return list(self._tokens), state, n, rows
 
-    def restore_cache(self, saved: tuple[list[int], object, int, object]) -> None:
-        """Put back what ``save_cache`` copied out, whatever the cache holds now."""
+    def _restore_cache(self, saved: tuple[list[int], object, int, object]) -> None:
+        """Put back what ``_save_cache`` copied out, whatever the cache holds now
+        (``load_cache_image``)."""
         tokens, buf, n, rows = saved
         self.trim(0)
         if n and ll.llama_state_seq_set_data(self._ctx, buf, n, 0) == 0:
             raise BackendError(f"llama.cpp could not put the cache back ({last_error()})")
         self._tokens = list(tokens) if n else []
-        if self._hidden is not None and rows is not None and n:
-            self._hidden.restore(rows)
+        if self._listener is not None and rows is not None and n:
+            self._listener.restore_rows(rows)
 
-    # A chat's state on disk (app/session/chat_states.py): the copy above as plain data.
+    # The copy above as plain data (app/engine/backend.py, ``KeepsStates``): kept in memory
+    # or on disk (app/session/kept_states.py), or while a long prompt pauses.
+    keeps_states = True
+
     @property
     def cache_identity(self) -> dict:
         return cache_image.identity(self)
@@ -397,7 +421,7 @@ class LlamaBackend(VocabularyReader, ReadsApart):
 
     def evaluate_tree(self, tokens: Sequence[int], parents: Sequence[int], borrow: bool = False) -> np.ndarray:
         tokens, parents = [int(t) for t in tokens], [int(p) for p in parents]
-        self._settle()
+        self._apart.bring_back()
         if self.memory != ATTENTION:
             raise BackendError(f"a {self.memory} model has no token trees (its state is one per sequence)")
         if self._tree is not None:
@@ -415,7 +439,7 @@ class LlamaBackend(VocabularyReader, ReadsApart):
         branches = max(max(s) for s in seqs) + 1
         if branches > self.tree_branches:
             raise ValueError(f"a token tree of {branches} branches, the context holds {self.tree_branches}")
-        if self._lag + n > self.n_batch:
+        if self._uncached + n > self.n_batch:
             self.evaluate([], [])  # the kept branch of the last tree into the cache on its own
         depth = [0] * n
         for i in range(1, n):
@@ -423,31 +447,29 @@ class LlamaBackend(VocabularyReader, ReadsApart):
         for seq in range(1, branches):  # every branch starts from the cached sequence
             ll.llama_memory_seq_cp(self._memory, 0, seq, -1, -1)
         # A kept branch not yet cached comes first, on every branch (see keep_branch).
-        lag, batch = self._lag, self._batch
-        head = self._tokens[len(self._tokens) - lag:]
+        uncached, batch = self._uncached, self._batch
+        head = self._tokens[len(self._tokens) - uncached:]
         every = seqs[0]
-        base = len(self._tokens) - lag
+        base = len(self._tokens) - uncached
         for i, token in enumerate(head + tokens):
-            node = i - lag
+            node = i - uncached
             batch.token[i] = token
-            batch.pos[i] = base + i if node < 0 else base + lag + depth[node]
+            batch.pos[i] = base + i if node < 0 else base + uncached + depth[node]
             on = every if node < 0 else seqs[node]
             batch.n_seq_id[i] = len(on)
             for k, seq in enumerate(on):
                 batch.seq_id[i][k] = seq
             batch.logits[i] = node >= 0
-        batch.n_tokens = lag + n
+        batch.n_tokens = uncached + n
         status = ll.llama_decode(self._ctx, batch)
         if status != 0:
             ll.llama_memory_seq_keep(self._memory, 0)
             raise BackendError(f"llama.cpp failed to evaluate a token tree (code {status}: {last_error()})")
-        self._lag = 0
-        if self._hidden is not None:  # the kept branch's rows go in at keep_branch
-            every_row = self._read_rows(lag + n)
-            self._hidden.put(base, every_row[:lag])
-            self._tree_rows = every_row[lag:].copy()
+        self._uncached = 0
+        if self._listener is not None and uncached:  # (the tree's kept branch: at keep_branch)
+            self._listener.target_read(TargetBatch.line(base, head, 0, uncached + n))
         rows = self._logits_view(n)
-        self._tree = tokens
+        self._tree, self._tree_first_row = tokens, uncached
         return rows if borrow else np.array(rows)
 
     def keep_branch(self, nodes: Sequence[int]) -> None:
@@ -460,9 +482,14 @@ class LlamaBackend(VocabularyReader, ReadsApart):
         # after it) sits in cells after the first chain's: attention would sum over
         # the cache out of position order, which changes a quantised model's logits
         # (by up to ~0.9 on the demo's Q4_1) and so its near-ties. So it leaves the
-        # cache and goes back in, in order, at the head of the next batch (``_lag``):
+        # cache and goes back in, in order, at the head of the next batch (``_uncached``):
         # a few more tokens in a batch, not another llama.cpp call.
         contiguous = next((i for i, node in enumerate(nodes) if node != i), len(nodes))
+        kept = [tokens[i] for i in nodes]
+        if self._listener is not None:  # the tree's rows, before anything below decodes again
+            first = self._tree_first_row
+            self._listener.target_read(TargetBatch(len(self._tokens), kept, [first + node for node in nodes],
+                                                   first + len(tokens)))
         ll.llama_memory_seq_keep(self._memory, 0)
         cached = len(self._tokens)
         if not ll.llama_memory_seq_rm(self._memory, 0, cached + contiguous, -1):
@@ -473,11 +500,8 @@ class LlamaBackend(VocabularyReader, ReadsApart):
             else:
                 ll.llama_memory_clear(self._memory, True)
             contiguous = 0
-        if self._hidden is not None and self._tree_rows is not None:
-            self._hidden.put(len(self._tokens), self._tree_rows[list(nodes)])
-        self._tree_rows = None
-        self._tokens.extend(tokens[i] for i in nodes)
-        self._lag = len(nodes) - contiguous
+        self._tokens.extend(kept)
+        self._uncached = len(nodes) - contiguous
 
     def set_threads(self, n: int) -> None:
         """Run the next steps with ``n`` threads (single tokens and batches alike); takes
@@ -485,29 +509,31 @@ class LlamaBackend(VocabularyReader, ReadsApart):
         n = max(1, int(n))
         if self._ctx and n != self.threads:
             ll.llama_set_n_threads(self._ctx, n, n)
-            if self._reader is not None:
-                self._reader.set_threads(n)
+            self._apart.set_threads(n)
             self.threads = n
 
-    def mtp_head(self, compact: str | os.PathLike[str] | None = None) -> MtpHead:
+    def mtp_head(self, compact_copy: str | os.PathLike[str] | None = None) -> MtpHead:
         """The model's MTP layers as a draft model reading this context (made once; closed
-        with this backend): from ``compact``, a compact copy of them
+        with this backend): from ``compact_copy``, a compact copy of them
         (``app.engine.gguf.compact_head``), else from this model, which must have been
         loaded with ``load_mtp``."""
         if self._head is not None:
             return self._head
-        if ll.llama_model_n_layer_nextn(self._model) <= 0 or not (self.load_mtp or compact):
+        if ll.llama_model_n_layer_nextn(self._model) <= 0 or not (self.load_mtp or compact_copy):
             raise BackendError(f"{shown_name(self.path)} was loaded without MTP layers")
-        self._settle()
+        self._apart.bring_back()
         n_embd = ll.llama_model_n_embd_out(self._model)
-        model = load_head_model(compact) if compact else self._model
-        if compact and ll.llama_model_n_embd_out(model) != n_embd:
+        model = load_head_model(compact_copy) if compact_copy else self._model
+        if compact_copy and ll.llama_model_n_embd_out(model) != n_embd:
             ll.llama_model_free(model)
             raise BackendError("the compact MTP head's rows are not as wide as the target's")
         hidden_rows_on(self._ctx, masked=False)  # every position's row, for the head to read
-        self._read_rows = lambda n: read_hidden(self._ctx, n, n_embd)
-        return self._attach(HiddenRows(n_embd, self.n_ctx),
-                            lambda rows: MtpHead(self, model, self._ctx, rows, owns_model=bool(compact)))
+
+        def batch_rows(batch: TargetBatch) -> np.ndarray:
+            return batch.pick(self.hidden_rows(batch.decoded, n_embd))
+
+        return self._attach(lambda: MtpHead(self, model, self._ctx, batch_rows, n_embd,
+                                            owns_model=bool(compact_copy)))
 
     def eagle_head(self, path: str | os.PathLike[str], layers: Sequence[int], n_gpu_layers: int = 0) -> EagleHead:
         """An EAGLE-3 drafter file as a draft model reading this context's ``layers``
@@ -525,37 +551,65 @@ class LlamaBackend(VocabularyReader, ReadsApart):
             eagle3_map_problem(drafter.eagle3_tensors, drafter.n_vocab, self.n_vocab, drafter.eagle3_d2t_range)
         if why:
             raise BackendError(f"the EAGLE-3 drafter cannot draft for {shown_name(self.path)}: {why}")
-        self._settle()
+        self._apart.bring_back()
         model = load_drafter_model(path, n_gpu_layers if n_gpu_layers >= 0 else 999)
         try:
             read = layer_inputs.target_layer_ids(model)
             if read != list(layers):
                 raise BackendError(f"llama.cpp reads the drafter's target layers as {read}, not {list(layers)}")
-            if n_layer in layers:
+            for layer in layers:  # what the drafter reads, handed out from the next decode on
+                if layer < n_layer:
+                    layer_inputs.extract(self._ctx, layer)
+            if n_layer in layers:  # the last, normed row: the MTP heads' call (unmasked)
                 hidden_rows_on(self._ctx, masked=False)
-            features = TargetFeatures(self._ctx, layers, n_layer, n_embd)
+            features = TargetFeatures(self, layers, n_layer, n_embd)
         except BaseException:
             ll.llama_model_free(model)
             raise
-        self._read_rows = features.read
-        return self._attach(HiddenRows(features.width, self.n_ctx),
-                            lambda rows: EagleHead(self, model, self._ctx, rows))
+        return self._attach(lambda: EagleHead(self, model, self._ctx, features.read, features.width))
 
-    def _attach(self, rows: HiddenRows, make: Callable[[HiddenRows], MtpHead]) -> MtpHead:
-        """A head reading this context's ``rows`` from now on; a head that cannot be
-        made freed its model and leaves this context as it was."""
-        self._hidden = rows
+    def _attach(self, make: Callable[[], MtpHead]) -> MtpHead:
+        """A head reading this context from now on; a head that cannot be made freed its
+        model and leaves this context as it was."""
+        head = make()
         try:
-            self._head = make(rows)
+            self.listen(head)
         except BaseException:
-            self._hidden = self._read_rows = None
+            head.close()
             raise
-        # Rows of what the cache holds already are not known: drop it, so the next reply reads it again.
+        self._head = head
+        return head
+
+    def listen(self, listener: BatchListener) -> None:
+        """Tell ``listener`` of every change to this sequence from now on: each decode, a
+        tree's kept branch and each trim (``target_batches.py``). One listener at a time
+        (a drafter reading this target). What the cache holds already was read before it
+        listened: it goes, and the next reply reads it again."""
+        if self._listener is not None and self._listener is not listener:
+            raise BackendError("another drafter reads this target already")
+        self._listener = listener
         self.trim(0)
-        return self._head
+
+    @property
+    def drafter_row_width(self) -> int | None:
+        """The width of the rows the drafter reading this target keeps by position (None:
+        none keeps any), which a chat's saved rows must fit (``cache_image.py``)."""
+        return self._listener.row_width if self._listener is not None else None
+
+    def hidden_rows(self, n_rows: int, width: int) -> np.ndarray:
+        """The last decode's first ``n_rows`` hidden rows (its last layer's output, normed),
+        ``width`` floats each: a view of llama.cpp's buffer, valid until the next decode.
+        Handed out only once a drafter that reads them was made (``mtp_head``, ``eagle_head``)."""
+        return read_hidden(self._ctx, n_rows, width)
+
+    def layer_input_rows(self, layer: int, n_rows: int, width: int) -> np.ndarray:
+        """The last decode's first ``n_rows`` inputs of ``layer``, as ``hidden_rows``; only
+        for a layer an EAGLE-3 drafter made with ``eagle_head`` reads."""
+        return layer_inputs.read(self._ctx, layer, n_rows, width)
 
     def close(self) -> None:
-        self._drop_reader()
+        self._drop_reading_apart()
+        self._listener = None
         if self._head is not None:  # its context reads this one: it goes first
             self._head.close()
             self._head = None
@@ -581,6 +635,32 @@ class LlamaBackend(VocabularyReader, ReadsApart):
             pass
 
     # -- internals -------------------------------------------------------------
+    def _free_to_read_apart(self) -> bool:
+        """Whether a long reading may go to the flash-attention reader: nothing else needs
+        this context as it is (a kept branch waiting, a tree, a listener, which would miss
+        the rows), and the system's memory has room for the reader's context."""
+        if self._uncached or self._tree is not None or self._listener is not None:
+            return False
+        return room_for_a_reader(self.buffers)
+
+    def _read_here_from(self, base: int) -> None:
+        """Read in this context what ``tokens`` hold from ``base`` on: its cache holds the
+        tokens before ``base`` only (a reading apart that did not come back)."""
+        redo = self._tokens[base:]
+        del self._tokens[base:]
+        if not base:
+            ll.llama_memory_clear(self._memory, True)
+        if redo:
+            self._evaluate(redo, set())
+
+    def _drop_reading_apart(self) -> None:
+        """Forget a reading apart under way and what it read (``tokens`` end where this
+        context's cache does)."""
+        apart = getattr(self, "_apart", None)  # (a load that failed early made none)
+        base = apart.drop() if apart is not None else None
+        if base is not None:
+            del self._tokens[base:]
+
     def _logits_view(self, n: int) -> np.ndarray:
         """The last decode's ``n`` rows of logits, in llama.cpp's buffer (no copy)."""
         ptr = ll.llama_get_logits(self._ctx)
@@ -596,8 +676,8 @@ class LlamaBackend(VocabularyReader, ReadsApart):
         if status != 0:
             # llama.cpp leaves the cache as it was before this batch.
             raise BackendError(f"llama.cpp failed to evaluate a batch (code {status}: {last_error()})")
-        if self._hidden is not None:
-            self._hidden.put(base, self._read_rows(len(chunk)))
+        if self._listener is not None:
+            self._listener.target_read(TargetBatch.line(base, chunk))
         self._tokens.extend(chunk)
         self._snapshot_span = (base, base + len(chunk))
 

@@ -1,10 +1,13 @@
-"""A backend's cache as plain data (``CacheImage``), for a chat's state kept on disk.
+"""A backend's cache as plain data (``CacheImage``): the one form in which the target's
+cache leaves the backend, to be kept in memory or on disk (app/session/kept_states.py)
+or set aside while a long prompt pauses (app/server/interleave.py), and put back.
 
-The bytes are llama.cpp's own sequence state (``llama_state_seq_get_data``), the same
-copy ``save_cache`` takes for ``tandem serve``'s kept conversations. They fit only the
-model, context size and attention layout they came from, and llama.cpp's version: that
-is the image's ``identity``, which a reader compares before it asks llama.cpp to take
-the bytes (llama.cpp checks the layout again and refuses what does not fit).
+The bytes are llama.cpp's own sequence state (``llama_state_seq_get_data``), written
+straight into the image's bytearray and handed back to llama.cpp from it, uncopied.
+They fit only the model, context size and attention layout they came from, and
+llama.cpp's version: that is the image's ``identity``, which a reader of a file compares
+before it asks llama.cpp to take the bytes (llama.cpp checks the layout again and
+refuses what does not fit).
 """
 
 from __future__ import annotations
@@ -26,18 +29,23 @@ def identity(backend) -> dict:
 
 
 def image(backend) -> CacheImage:
-    tokens, buf, n, rows = backend.save_cache()
-    state = bytes(memoryview(buf)[:n]) if n else b""
+    tokens, state, n, rows = backend._save_cache()
+    del state[n:]  # the room past what llama.cpp wrote (an empty cache's one byte)
     if rows is not None:  # only the rows of the tokens held
         rows = (rows[0][:len(tokens)].copy(), rows[1][:len(tokens)].copy())
     return CacheImage(tokens, state, identity(backend), rows)
 
 
 def load(backend, saved: CacheImage) -> None:
-    hidden = backend._hidden
-    rows = saved.rows if hidden is not None else None
-    if rows is not None and (rows[0].ndim != 2 or rows[0].shape[1] != hidden.n_embd):
+    width = backend.drafter_row_width
+    rows = saved.rows if width is not None else None
+    if rows is not None and (rows[0].ndim != 2 or rows[0].shape[1] != width):
         raise BackendError("the saved rows of the MTP head do not fit this model")
     n = len(saved.state)
-    buf = (ctypes.c_uint8 * n).from_buffer_copy(saved.state) if n else (ctypes.c_uint8 * 1)()
-    backend.restore_cache((list(saved.tokens), buf, n, rows))
+    if not n:
+        buf = (ctypes.c_uint8 * 1)()
+    elif isinstance(saved.state, bytearray):  # llama.cpp reads it where it is
+        buf = (ctypes.c_uint8 * n).from_buffer(saved.state)
+    else:  # bytes (read from a file) are read-only: copied
+        buf = (ctypes.c_uint8 * n).from_buffer_copy(saved.state)
+    backend._restore_cache((list(saved.tokens), buf, n, rows))

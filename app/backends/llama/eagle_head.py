@@ -16,14 +16,16 @@ So it is an ``MtpHead`` with three differences: its own model and an ordinary co
 (``ctx_other`` the target's, whose token embedding and output matrix it borrows when it
 has none); its entries one position earlier (``pos_shift``); and the target's rows it
 reads go through its encoder (``llama_process`` ``ENCODE``) before the decoder reads them.
-The target keeps the three layers' inputs per position, side by side (``HiddenRows``).
+Like an MTP head it keeps what it reads of the target, by position (``HiddenRows``): told
+of each target batch, it asks the target for the three layers' inputs (``TargetFeatures``)
+and keeps them side by side.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-from typing import Sequence
+from typing import Protocol, Sequence
 
 import llama_cpp as ll
 import numpy as np
@@ -32,6 +34,7 @@ from app.backends.llama import layer_inputs
 from app.backends.llama.backend_error import BackendError
 from app.backends.llama.log_capture import last_error
 from app.backends.llama.mtp_head import MtpHead, read_hidden
+from app.backends.llama.target_batches import TargetBatch
 
 
 def load_drafter_model(path: str | os.PathLike[str], n_gpu_layers: int = 0):
@@ -56,38 +59,48 @@ def drafter_layers(path: str | os.PathLike[str]) -> list[int]:
         ll.llama_model_free(model)
 
 
+class _RowSource(Protocol):
+    """What ``TargetFeatures`` asks of the target (a ``LlamaBackend``, named by shape: the
+    backend imports this module): its last decode's rows, which it was told to hand out."""
+
+    def hidden_rows(self, n_rows: int, width: int) -> np.ndarray: ...
+
+    def layer_input_rows(self, layer: int, n_rows: int, width: int) -> np.ndarray: ...
+
+
 class TargetFeatures:
-    """Reads, after each of the target's decodes, the rows an EAGLE-3 drafter encodes:
+    """Reads, after each of the target's batches, the rows an EAGLE-3 drafter encodes:
     the inputs of its chosen layers, side by side (a layer id equal to the block count
-    names the target's last, normed row)."""
+    names the target's last, normed row). The target hands out those layers' inputs
+    (``LlamaBackend.eagle_head`` asked it to)."""
 
-    def __init__(self, ctx, layers: Sequence[int], n_layer: int, n_embd: int) -> None:
-        self._ctx, self._layers, self._n_layer, self._n_embd = ctx, list(layers), n_layer, n_embd
+    def __init__(self, target: _RowSource, layers: Sequence[int], n_layer: int, n_embd: int) -> None:
+        self._target, self._layers, self._n_layer, self._n_embd = target, list(layers), n_layer, n_embd
         self.width = len(self._layers) * n_embd
-        for layer in self._layers:
-            if layer < n_layer:
-                layer_inputs.extract(ctx, layer)
-            # layer == n_layer: the last row, switched on with the MTP heads' call (unmasked)
 
-    def read(self, n_rows: int) -> np.ndarray:
-        out = np.empty((n_rows, self.width), dtype=np.float32)
+    def read(self, batch: TargetBatch) -> np.ndarray:
+        """``batch``'s rows: each position's layer inputs, side by side (float32)."""
+        n, width = batch.decoded, self._n_embd
+        out = np.empty((len(batch.tokens), self.width), dtype=np.float32)
         for k, layer in enumerate(self._layers):
-            rows = (layer_inputs.read(self._ctx, layer, n_rows, self._n_embd) if layer < self._n_layer
-                    else read_hidden(self._ctx, n_rows, self._n_embd))
-            out[:, k * self._n_embd:(k + 1) * self._n_embd] = rows
+            rows = (self._target.layer_input_rows(layer, n, width) if layer < self._n_layer
+                    else self._target.hidden_rows(n, width))
+            out[:, k * width:(k + 1) * width] = batch.pick(rows)
         return out
 
 
 class EagleHead(MtpHead):
     """An EAGLE-3 drafter as a draft model (a ``ModelBackend`` for ``ModelDrafter``);
-    made by ``LlamaBackend.eagle_head``, closed by its target's ``close`` at the latest."""
+    made by ``LlamaBackend.eagle_head``, closed by its target's ``close`` at the latest.
+    ``read_rows``: a ``TargetFeatures``' ``read``, ``width`` its width."""
 
     pos_shift = 1  # entry i (token i) at position i - 1; token 0 has none
     _what = "the EAGLE-3 drafter"
 
-    def __init__(self, target, model, target_ctx, hidden) -> None:
-        super().__init__(target, model, target_ctx, hidden, owns_model=True)
-        self._n_enc = hidden.n_embd  # the encoder's input: the target's rows side by side
+    def __init__(self, target, model, target_ctx, read_rows, width: int) -> None:
+        super().__init__(target, model, target_ctx, read_rows, width, owns_model=True)
+        self.compact_copy = False  # its own file, not a copy of the target's head
+        self._n_enc = width  # the encoder's input: the target's rows side by side
         self._enc_batch = ll.llama_batch_ext_init(self._ctx)
         if not self._enc_batch:
             self.close()
@@ -131,16 +144,16 @@ class EagleHead(MtpHead):
         return out
 
     def _encode(self, features: np.ndarray) -> np.ndarray:
-        held = np.ascontiguousarray(features, dtype=np.float32)
-        if held.shape[1] != self._n_enc:
+        inputs = np.ascontiguousarray(features, dtype=np.float32)  # alive until each llama_process returns
+        if inputs.shape[1] != self._n_enc:
             raise BackendError("the target's rows do not fit the EAGLE-3 drafter's encoder")
-        out = np.empty((len(held), self.n_embd), dtype=np.float32)
+        out = np.empty((len(inputs), self.n_embd), dtype=np.float32)
         row_size = self._n_enc * ctypes.sizeof(ctypes.c_float)
         pos = (ctypes.c_int32 * 4)()
-        for first in range(0, len(held), self._n_batch):  # the encoder reads a row at a time: chunks are safe
+        for first in range(0, len(inputs), self._n_batch):  # the encoder reads a row at a time: chunks are safe
             batch = self._enc_batch
             ll.llama_batch_ext_clear(batch)
-            chunk = held[first:first + self._n_batch]
+            chunk = inputs[first:first + self._n_batch]
             after = ll.llama_memory_seq_pos_max(self._memory, 0) + 1
             base = chunk.ctypes.data
             for k in range(len(chunk)):

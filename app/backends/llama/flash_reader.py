@@ -5,20 +5,25 @@ slower (``app.engine.gguf.context_shape.flash_attention`` has the figures), and 
 context has one setting for both. So where auto turned it off, a long reading goes to a
 second context of the same model with it on (``FlashReader``): the decoding context's
 sequence is copied in, the prompt read there, and the whole sequence moved back, its
-values relaid (``value_layout.py``), before the decoding context is used for anything
-else. The second context exists only while a prompt is read, and only where the system's
-memory holds its cache twice over (it is as large as the decoding one's), for a reading
-worth it (``worth_reading_apart``).
+values transposed to the decoding context's layout (``value_layout.py``), before the
+decoding context is used for anything else. The second context exists only while a
+prompt is read, and only where the system's memory holds its cache twice over (it is as
+large as the decoding one's), for a reading worth it (``worth_reading_apart``).
 
-Nothing here is trusted blindly: a state that does not relay, or that llama.cpp will not
-take, leaves the backend to read those tokens itself (``ReadsApart._settle``), and to read
-every prompt itself from then on.
+``ReadingApart`` is the part of a ``LlamaBackend`` that decides when to read apart and
+brings the reading back; the backend holds one, made with the handles it needs.
+
+Nothing here is trusted blindly: a state that does not transpose, or that llama.cpp will
+not take, leaves the backend to read those tokens itself (``ReadingApart.bring_back``),
+and to read every prompt itself from then on.
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
+from enum import Enum, auto
+from typing import Callable
 
 import llama_cpp as ll
 import numpy as np
@@ -27,8 +32,7 @@ from app.backends.llama.backend_error import BackendError
 from app.backends.llama.line_batch import fill_line
 from app.backends.llama.log_capture import last_error
 from app.engine.gguf.context_shape import worth_reading_apart
-from app.engine.gguf.header import shown_name
-from app.backends.llama.value_layout import relaid
+from app.backends.llama.value_layout import transpose_values
 from app.system_memory import available_ram
 
 log = logging.getLogger("tandem.llama")
@@ -46,6 +50,22 @@ def _state(ctx) -> np.ndarray | None:
 def _put(ctx, state: np.ndarray) -> bool:
     pointer = state.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
     return ll.llama_state_seq_set_data(ctx, pointer, len(state), 0) == len(state)
+
+
+def room_for_a_reader(buffers) -> bool:
+    """Whether a second cache and graph as large as a context's (``buffers``: what
+    llama.cpp made for it, as (device, part, bytes)) leave as much of the system's memory
+    free again: the reader is made with the same size (a prompt read in pieces grows in it)."""
+    need = sum(size for _, part, size in buffers if part in ("kv_cache", "compute"))
+    return 2 * need < available_ram()
+
+
+class MovedBack(Enum):
+    """What the decoding context holds after ``FlashReader.move_back``."""
+
+    ALL = auto()      # the whole sequence: what it held before, then the reading
+    BASE = auto()     # only what it held before the reading: nothing moved
+    NOTHING = auto()  # nothing: its sequence went and the reader's did not come in
 
 
 class FlashReader:
@@ -66,12 +86,12 @@ class FlashReader:
         self.n_batch = params.n_batch
         self._batch = ll.llama_batch_init(self.n_batch, 0, 1)
 
-    def take(self, ctx) -> bool:
+    def copy_in(self, ctx) -> bool:
         """Copy ``ctx``'s sequence (``base`` tokens) in; False where it cannot be."""
         if not self.base:
             return True
         state = _state(ctx)
-        rows = relaid(state, transposed=False) if state is not None else None
+        rows = transpose_values(state, transposed=False) if state is not None else None
         return rows is not None and _put(self._ctx, rows)
 
     def read(self, tokens: list[int], pos: int) -> None:
@@ -85,16 +105,16 @@ class FlashReader:
                 raise BackendError(f"llama.cpp failed to read a batch with flash attention "
                                    f"(code {status}: {last_error()})")
 
-    def give(self, ctx, memory) -> str:
-        """Move the whole sequence into ``ctx``, values relaid: 'all' (done), 'base' (not
-        done, ``ctx`` holds what it held) or 'none' (``ctx`` holds nothing now)."""
+    def move_back(self, ctx, memory) -> MovedBack:
+        """Move the whole sequence into ``ctx`` (whose memory is ``memory``), its values
+        transposed to a context without flash attention."""
         state = _state(self._ctx)
-        columns = relaid(state, transposed=True) if state is not None else None
+        columns = transpose_values(state, transposed=True) if state is not None else None
         if columns is None:
-            return "base"
+            return MovedBack.BASE
         if not ll.llama_memory_seq_rm(memory, 0, -1, -1):
-            return "base"  # (nothing was removed)
-        return "all" if _put(ctx, columns) else "none"
+            return MovedBack.BASE  # (nothing was removed)
+        return MovedBack.ALL if _put(ctx, columns) else MovedBack.NOTHING
 
     def set_threads(self, n: int) -> None:
         ll.llama_set_n_threads(self._ctx, n, n)
@@ -108,77 +128,86 @@ class FlashReader:
             self._ctx = None
 
 
-class ReadsApart:
-    """``LlamaBackend``'s part that sends a long reading to a ``FlashReader`` and brings it
-    back. Its ``tokens`` run ahead of its context's cache while a reader holds the rest;
-    everything but another reading ``_settle``s first."""
+class ReadingApart:
+    """A ``LlamaBackend``'s long readings, sent to a ``FlashReader`` and brought back.
 
-    _reader: FlashReader | None = None
+    While a reading is under way the backend's ``tokens`` run ahead of its context's cache
+    (from ``base`` on, the reader holds them), so everything but another reading brings it
+    back first. ``model``, ``cparams``, ``ctx`` and ``memory`` are the backend's, for the
+    reader's context and the move back; ``read_here(base)`` has the backend read again, in
+    its own context, what its tokens hold from ``base`` on, its cache holding exactly the
+    tokens before ``base`` (a reading that did not come back)."""
 
-    def _read_apart(self, tokens: list[int]) -> bool:
-        """Read ``tokens`` (no logits) in the flash-attention reader, started for a long
-        reading where nothing else needs this context as it is; False: read them here."""
+    def __init__(self, model, cparams, ctx, memory, *, on: bool, name: str,
+                 read_here: Callable[[int], None]) -> None:
+        self._model, self._cparams, self._ctx, self._memory = model, cparams, ctx, memory
+        self.on = on  # long readings may go apart (off for good after one that failed)
+        self._name = name
+        self._read_here = read_here
+        self._reader: FlashReader | None = None
+        self.tokens_read = 0  # prompt tokens read so, for the tests and the probe
+
+    @property
+    def base(self) -> int | None:
+        """Where the reading under way started (the tokens the cache holds), or None."""
+        return self._reader.base if self._reader is not None else None
+
+    def read(self, tokens: list[int], pos: int, free: Callable[[], bool]) -> bool:
+        """Read ``tokens`` (no logits) at ``pos`` on (the backend's tokens so far) in the
+        reader, started for a long reading where ``free()`` says nothing else needs the
+        context as it is; False: the backend reads them itself."""
         if self._reader is None:
-            if (not self._reads_apart or not worth_reading_apart(len(tokens), len(self._tokens)) or self._lag
-                    or self._tree is not None or self._hidden is not None or not self._reader_fits()):
+            if not self.on or not worth_reading_apart(len(tokens), pos) or not free():
                 return False
             try:
-                self._reader = FlashReader(self._model, self._cparams, len(self._tokens))
-                if not self._reader.take(self._ctx):
+                self._reader = FlashReader(self._model, self._cparams, pos)
+                if not self._reader.copy_in(self._ctx):
                     raise BackendError("its cache's state did not move")
             except BackendError as e:
-                self._give_up_reading_apart(e)
+                self._give_up(e, base=pos)  # the cache holds what it held
                 return False
         try:
-            self._reader.read(tokens, len(self._tokens))
+            self._reader.read(tokens, pos)
         except BackendError as e:
-            self._give_up_reading_apart(e)
+            self._give_up(e, base=self._reader.base)  # earlier pieces of this reading are lost too
             return False
-        self._tokens.extend(tokens)
-        self.read_apart += len(tokens)
+        self.tokens_read += len(tokens)
         return True
 
-    def _reader_fits(self) -> bool:
-        """Whether a second cache and graph as large as this context's leave as much of the
-        system's memory free again (it is made with the same size: a prompt read in pieces
-        grows in it)."""
-        need = sum(size for _, part, size in getattr(self, "buffers", ()) if part in ("kv_cache", "compute"))
-        return 2 * need < available_ram()
-
-    def _settle(self) -> None:
-        """The prompt read apart moves into this context; where it cannot, it is read here."""
+    def bring_back(self) -> None:
+        """The reading under way moves into the context; where it cannot, the backend
+        reads it itself."""
         reader = self._reader
         if reader is None:
             return
         self._reader = None
         try:
-            moved = reader.give(self._ctx, self._memory)
+            moved = reader.move_back(self._ctx, self._memory)
         finally:
             reader.close()
-        if moved != "all":
-            self._give_up_reading_apart(BackendError("its cache's state did not move back"),
-                                        base=reader.base if moved == "base" else 0)
+        if moved is not MovedBack.ALL:
+            self._give_up(BackendError("its cache's state did not move back"),
+                          base=reader.base if moved is MovedBack.BASE else 0)
 
-    def _give_up_reading_apart(self, error: BackendError, base: int | None = None) -> None:
-        """Read here what the reader read (from ``base``: what this context still holds),
-        and read here from now on: whatever failed would fail again."""
+    def _give_up(self, error: BackendError, base: int) -> None:
+        """Read apart no more (what failed would fail again), and have the backend read
+        itself what its cache lacks: its tokens from ``base`` on."""
         reader, self._reader = self._reader, None
         if reader is not None:
             reader.close()
-        if base is None:
-            base = reader.base if reader is not None else len(self._tokens)
-        self._reads_apart = False
-        log.warning("reading long prompts with flash attention is off for %s: %s", shown_name(self.path), error)
-        redo = self._tokens[base:]
-        del self._tokens[base:]
-        if not base:
-            ll.llama_memory_clear(self._memory, True)
-        if redo:
-            self._evaluate(redo, set())
+        self.on = False
+        log.warning("reading long prompts with flash attention is off for %s: %s", self._name, error)
+        self._read_here(base)
 
-    def _drop_reader(self) -> None:
-        """Forget the reader and what it read (``tokens`` ends where this context's cache does)."""
-        reader, self._reader = getattr(self, "_reader", None), None
-        if reader is not None:
-            del self._tokens[reader.base:]
-            reader.close()
+    def drop(self) -> int | None:
+        """Forget the reading under way and what it read; where it started (the backend's
+        tokens end there again), or None where none was under way."""
+        reader, self._reader = self._reader, None
+        if reader is None:
+            return None
+        reader.close()
+        return reader.base
+
+    def set_threads(self, n: int) -> None:
+        if self._reader is not None:
+            self._reader.set_threads(n)

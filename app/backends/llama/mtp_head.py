@@ -8,9 +8,10 @@ layer, normed: ``h_nextn``) at the position before it. So:
 
 - position p of the head holds (token p, the target's row p - 1): the head's cache is
   aligned with the target's, from position 0, and reads everything the target reads;
-- the target keeps its rows (``HiddenRows``): every batch it decodes, its rows go in by
-  position, and a trim forgets the rows past it, so a row is there exactly while the
-  target's cache holds that position with the same token before it;
+- the head keeps the target's rows (``HiddenRows``): it is told of every batch the target
+  reads (``target_read``, the hook of ``target_batches.py``) and asks the target for that
+  batch's rows, which go in by position; a trim forgets the rows past it, so a row is
+  there exactly while the target's cache holds that position with the same token before it;
 - drafting goes on from the head's own output row: the k-th guess reads the head's row
   for the guess before it, as llama.cpp's ``draft-mtp`` does.
 
@@ -30,13 +31,14 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import llama_cpp as ll
 import numpy as np
 
 from app.backends.llama.backend_error import BackendError
 from app.backends.llama.log_capture import last_error
+from app.backends.llama.target_batches import TargetBatch
 
 log = logging.getLogger("tandem.llama")
 
@@ -83,9 +85,9 @@ def read_hidden(ctx, n_rows: int, n_embd: int) -> np.ndarray:
 
 
 class HiddenRows:
-    """The target's hidden rows by position, for its MTP head. Kept as float16 (half the
-    memory: n_ctx x n_embd x 2 bytes, 80 MB for a 5,120-wide model at 8,192 tokens);
-    the head only guesses with them, and the target judges every guess."""
+    """The target's rows by position, kept by the head that reads them. Kept as float16
+    (half the memory: n_ctx x n_embd x 2 bytes, 80 MB for a 5,120-wide model at 8,192
+    tokens); the head only guesses with them, and the target judges every guess."""
 
     def __init__(self, n_embd: int, n_ctx: int) -> None:
         self.n_embd, self.n_ctx = n_embd, n_ctx
@@ -139,7 +141,9 @@ class MtpHead:
     """The target's MTP layers as a draft model (a ``ModelBackend`` for ``ModelDrafter``).
 
     Made by ``LlamaBackend.mtp_head()`` on a target loaded with ``load_mtp``; closed by its
-    target's ``close`` at the latest (its context reads the target's)."""
+    target's ``close`` at the latest (its context reads the target's). It listens to the
+    target's batches (a ``target_batches.BatchListener``): ``read_rows(batch)`` asks the
+    target for a batch's rows, ``width`` wide."""
 
     lends_logits = False
     adaptive_threads = False  # it runs with the target's count, a layer at a time
@@ -147,17 +151,21 @@ class MtpHead:
     # at position p; an EAGLE-3 drafter (``eagle_head.py``) one position earlier.
     pos_shift = 0
 
-    def __init__(self, target: _Target, model, target_ctx, hidden: HiddenRows, owns_model: bool = False) -> None:
-        self._hidden = hidden
+    def __init__(self, target: _Target, model, target_ctx, read_rows: Callable[[TargetBatch], np.ndarray],
+                 width: int, owns_model: bool = False) -> None:
+        self._read_target_rows = read_rows
+        self._hidden = HiddenRows(width, target.n_ctx)
         # A compact copy's own model (``load_head_model``), freed with the head; else the target's.
         self._model = model if owns_model else None
         self.n_vocab, self.n_ctx = target.n_vocab, target.n_ctx
         self.bos_id, self.eos_id, self.add_bos = target.bos_id, target.eos_id, target.add_bos
         self.eog_ids, self.chat_template = target.eog_ids, None
         self.name = self._name(target.name, owns_model)
-        self.compact = owns_model
+        # An MTP head that owns its model drafts from a compact Q8_0 copy of the head
+        # (``app.engine.gguf.compact_head``); an EAGLE-3 drafter's own file is none.
+        self.compact_copy = owns_model
         self.layers = self._layers(model)
-        self.n_embd = int(ll.llama_model_n_embd_out(model)) if owns_model else hidden.n_embd
+        self.n_embd = int(ll.llama_model_n_embd_out(model)) if owns_model else width
         self.threads = target.threads
         self.blind_steps = 0  # steps that found no row to read (zeros read instead): guesses only
         self._ctx = self._batch = None
@@ -208,6 +216,25 @@ class MtpHead:
     def _context_type(cparams) -> None:
         cparams.ctx_type = ll.LLAMA_CONTEXT_TYPE_MTP
 
+    # -- the target's batches (``target_batches.BatchListener``) ----------------------
+    def target_read(self, batch: TargetBatch) -> None:
+        """Keep the target's rows of ``batch`` by position; a trim forgets those after it."""
+        if batch.tokens:
+            self._hidden.put(batch.start, self._read_target_rows(batch))
+        else:
+            self._hidden.forget_from(batch.start)
+
+    @property
+    def row_width(self) -> int:
+        return self._hidden.n_embd
+
+    def rows_copy(self) -> tuple[np.ndarray, np.ndarray]:
+        return self._hidden.copy()
+
+    def restore_rows(self, saved: tuple[np.ndarray, np.ndarray]) -> None:
+        self._hidden.restore(saved)
+
+    # -- as a draft model --------------------------------------------------------------
     def _rows_in(self, rows: list[np.ndarray], from_target: list[bool]) -> np.ndarray:
         """The rows a batch's entries read, as one float32 array (kept alive by the
         caller until llama.cpp has run it): the target's rows are read as they are."""
@@ -272,12 +299,12 @@ class MtpHead:
         self.blind_steps += 1
         return self._zeros, False
 
-    def _decode(self, tokens: list[int], start: int, held: np.ndarray, flags: list[bool]) -> None:
-        """``held``: each entry's row, alive until llama_process returns."""
+    def _decode(self, tokens: list[int], start: int, entry_rows: np.ndarray, flags: list[bool]) -> None:
+        """``entry_rows``: each entry's row (float32, contiguous), alive until llama_process returns."""
         batch = self._batch
         ll.llama_batch_ext_clear(batch)
         row_size = self.n_embd * ctypes.sizeof(ctypes.c_float)
-        base = held.ctypes.data
+        base = entry_rows.ctypes.data
         pos = (ctypes.c_int32 * 4)()
         for k, token in enumerate(tokens):
             idx = ll.llama_batch_ext_add_token(batch, 0, token)

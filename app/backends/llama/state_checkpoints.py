@@ -16,8 +16,9 @@ restoring are ``app.backends.llama.backend``'s. Two kinds of checkpoint:
 - **kept** ones along the conversation: before and after each prompt's long batch
   and every ``KEEP_EVERY`` tokens, so that a regenerate, an edit or a new turn that
   matches only part of the cache does not read the whole chat again. At most
-  ``most`` of them; past that the one whose loss leaves the smallest gap goes, so
-  they stay spread over the conversation.
+  ``KEPT_CHECKPOINTS_MOST`` of them and ``KEPT_CHECKPOINT_BYTES`` together
+  (``app/engine/gguf/memory_estimate.py`` counts them); past that the one whose loss
+  leaves the smallest gap goes, so they stay spread over the conversation.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from app.engine.gguf.memory_estimate import KEPT_CHECKPOINT_BYTES, KEPT_CHECKPOINTS_MOST
+
 KEEP_EVERY = 512        # tokens between kept checkpoints while a conversation grows
-KEEP_MOST = 8           # kept checkpoints at most ...
-KEEP_BYTES = 256 << 20  # ... and at most this many bytes of them
 
 
 @dataclass
@@ -65,7 +66,7 @@ class Checkpoints:
         self.kept = [c for c in self.kept if c.pos != checkpoint.pos]
         self.kept.append(checkpoint)
         self.kept.sort(key=lambda c: c.pos)
-        most = max(1, min(KEEP_MOST, KEEP_BYTES // max(checkpoint.size, 1)))
+        most = max(1, min(KEPT_CHECKPOINTS_MOST, KEPT_CHECKPOINT_BYTES // max(checkpoint.size, 1)))
         while len(self.kept) > most:
             # Never the latest (the next trim most likely needs it); of the rest, the
             # one whose neighbours are closest together.

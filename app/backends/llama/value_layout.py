@@ -3,9 +3,9 @@
 Without flash attention llama.cpp stores each layer's values transposed (a row per
 embedding element, a column per cell); with it, a row per cell, like the keys. Its
 sequence state (``llama_state_seq_get_data``) carries the layout as a flag and a context
-refuses a state of the other one ("incompatible V transposition"). ``relaid`` rewrites
-the value blocks, so a prompt read by a flash-attention context can continue in one
-without (``flash_reader.py``).
+refuses a state of the other one ("incompatible V transposition"). ``transpose_values``
+rewrites the value blocks, so a prompt read by a flash-attention context can continue in
+one without (``flash_reader.py``).
 
 The layout read here is llama.cpp's, for a plain attention cache with one stream
 (``llama_kv_cache::state_write``): a magic and the sequence id; the stream count; the
@@ -27,7 +27,7 @@ ELEMENT_BYTES = {0: 4, 1: 2, 30: 2}
 _ELEMENT = {4: np.uint32, 2: np.uint16}  # moved as whole elements: a byte-wise transpose is 3x slower
 
 
-def relaid(state: np.ndarray, transposed: bool) -> np.ndarray | None:
+def transpose_values(state: np.ndarray, transposed: bool) -> np.ndarray | None:
     """``state`` (uint8, one sequence of a plain attention cache) with its values laid out
     ``transposed`` (a context without flash attention) or as rows (with it), rewritten in
     place (the headers keep their sizes; a fresh copy of a long prompt's cache costs more

@@ -13,8 +13,8 @@ BATCH = 512
 # Sequences a context holds: one per leaf of a token tree. A unified KV cache keeps the
 # cells of every sequence in one buffer, so the shared prefix is stored once (a
 # sequence copy only tags cells) and a single sequence runs exactly as with one.
-# TANDEM_TREE_BRANCHES=1 makes single-sequence contexts as before trees (no trees then), to
-# measure the two against each other.
+# TANDEM_TREE_BRANCHES=1 makes single-sequence contexts (no trees then), to measure the
+# two against each other.
 TREE_BRANCHES = max(1, int(os.environ.get("TANDEM_TREE_BRANCHES", "8") or 8))
 # Recurrent-state snapshots llama.cpp keeps per sequence (``n_rs_seq``) where the
 # architecture has them (lfm2, qwen35, nemotron_h ...; clamped to 0 elsewhere): a

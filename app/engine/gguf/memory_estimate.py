@@ -17,7 +17,7 @@ header Tandem already read (``ModelFile``): no weight is read and nothing can cr
 - **Recurrent state** (Mamba, RWKV, LFM2, the gated delta net of Qwen 3.5 ...): per
   recurrent layer, a convolution row and a state row (32-bit), times one plus the
   rollback snapshots (``n_rs_seq``); and Tandem's own checkpoints of that state in
-  system memory (``app/backends/llama/state_checkpoints.py``, at most ``KEEP_MOST`` + 1).
+  system memory (``app/backends/llama/state_checkpoints.py``, at most ``KEPT_CHECKPOINTS_MOST`` + 1).
 - **Compute**: the graph's scratch for the largest batch (one ubatch). Its peak is
   the larger of the output head's logits (``n_vocab x n_ubatch`` floats: at a 262k
   vocabulary as big as the weights of a 270M model) and attention's score matrix
@@ -49,10 +49,11 @@ _ATTENTION_EXTRA_ROWS = 6
 _OUTPUT_EXTRA_ROWS = 3
 _FFN_ROWS = 3       # gate, up and their product, n_ff wide
 
-# Tandem's checkpoints of a recurrent state (app/backends/llama/state_checkpoints.py): kept ones
-# and the round's, and the bytes the kept ones may hold together.
-CHECKPOINTS_MOST = 8 + 1
-CHECKPOINT_BYTES_MOST = 256 << 20
+# Tandem's checkpoints of a recurrent state, kept along a conversation: at most this many,
+# and this many bytes of them together. Declared here, where the estimate counts them (one
+# more for the round's); app/backends/llama/state_checkpoints.py keeps them to these bounds.
+KEPT_CHECKPOINTS_MOST = 8
+KEPT_CHECKPOINT_BYTES = 256 << 20
 
 _LAYER = re.compile(r"blk\.(\d+)\.(.+)")
 _RECURRENT_TENSOR = ("ssm_", "shortconv", "time_mix", "channel_mix")
@@ -229,7 +230,7 @@ def estimate_memory(tensors: Sequence[Any], hparams: Mapping[str, Any], n_vocab:
     compute_output = n_vocab * n_outputs * FLOAT_BYTES + _OUTPUT_EXTRA_ROWS * activation
     recurrent_state = sum(layer.recurrent_state for layer in layers)
     one_state = recurrent_state // (1 + shape.n_rs_seq) if recurrent_state else 0
-    checkpoints = min(CHECKPOINTS_MOST * one_state, CHECKPOINT_BYTES_MOST + one_state)
+    checkpoints = min((KEPT_CHECKPOINTS_MOST + 1) * one_state, KEPT_CHECKPOINT_BYTES + one_state)
     return MemoryEstimate(
         layers=tuple(layers), input_weights=input_weights, output_weights=output_weights,
         tied_output=0 if has_head else embeddings, compute_layers=compute_layers, compute_output=compute_output,

@@ -133,8 +133,8 @@ class _ContentGuard:
     by tokenizing the content with special tokens parsed) is swapped for a marker of
     private-use characters; after rendering, the markers are tokenized as plain text and
     everything between them (the template's scaffolding, the rest of the contents) as
-    today. A content without control text is left alone, so an ordinary chat tokenizes
-    exactly as before. The markers carry a random number, so a user cannot forge one,
+    usual. A content without control text is left alone, so an ordinary chat tokenizes
+    exactly as the template renders it. The markers carry a random number, so a user cannot forge one,
     and forging one would only make more text stay text.
 
     One guard per model (``_guard_for``): a chat's earlier messages come back with every

@@ -42,6 +42,7 @@ from typing import Callable, NamedTuple, Protocol, Sequence
 from app.engine.speculation.acceptance import CONFIDENCE_BANDS, ConfidenceAcceptance, PositionAcceptance, band_of
 from app.engine.speculation.draft_costs import RoundCosts
 from app.engine.speculation.draft import Draft
+from app.engine.speculation.measured_pay import MeasuredPay
 from app.engine.speculation.token_tree import TokenTree
 from app.engine.speculation.tree_policy import BRANCH_BELOW, BranchPolicy
 from app.engine.types import SpecConfig
@@ -104,6 +105,10 @@ class DraftPolicy(Protocol):
         kept, the nodes that start a branch ("second" or "fork"), and what the round cost
         beyond its draft steps and its batch. Called only where a plan asked for branches."""
 
+    def observe_outcome(self, drafted: bool, written: int, seconds: float) -> None:
+        """Every round, last: whether the drafter's guess was verified (else a plain round;
+        a copy's round is not told), the tokens it wrote, and its seconds, all in."""
+
 
 class FixedDraftLength:
     """Always ``length`` tokens (or what room is left); measures nothing. With
@@ -139,6 +144,9 @@ class FixedDraftLength:
     def observe_tree(self, tree: TokenTree, path: list[int], kinds: dict[int, str], overhead: float) -> None:
         pass
 
+    def observe_outcome(self, drafted: bool, written: int, seconds: float) -> None:
+        pass
+
 
 class BestDraft(NamedTuple):
     length: int                 # the most tokens worth drafting; 0 when plain decoding is faster
@@ -165,6 +173,7 @@ class AutoDraftLength:
         self._plain_votes = 0                          # consecutive rounds the model preferred plain
         self._off = False
         self._last_length = _FIRST_LENGTH              # the last k worth drafting, for probes
+        self.measured = MeasuredPay()                  # the same question, by whole rounds' times
 
     def plan_round(self, limit: int) -> RoundPlan:
         """This round's plan; counts the round, votes on plain vs speculative and probes."""
@@ -191,6 +200,8 @@ class AutoDraftLength:
             # MTP head on a quantised file) a plain round gave up a fifth of its tokens.
             up = (self._rounds // EXPLORE_EVERY) % 2
             k += 1 if up else -1 if k > 1 else 0
+        if k and self.measured.holds_off():
+            k = 0  # the model says drafting pays; the rounds it drafted say it does not
         return self._plan(max(0, min(k, limit)), best)
 
     def _plan(self, length: int, best: BestDraft) -> RoundPlan:
@@ -308,6 +319,10 @@ class AutoDraftLength:
     def observe_tree(self, tree: TokenTree, path: list[int], kinds: dict[int, str], overhead: float) -> None:
         self.branches.observe_tree(tree, path, kinds)
         self.branches.tree_overhead.add(max(overhead, 0.0))
+
+    def observe_outcome(self, drafted: bool, written: int, seconds: float) -> None:
+        costs = self.costs.by_length(0)
+        self.measured.observe(drafted, written, seconds, costs[0] if costs else None)
 
 
 def draft_policy(spec: SpecConfig, auto: AutoDraftLength | None = None) -> DraftPolicy:

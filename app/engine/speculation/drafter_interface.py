@@ -17,6 +17,11 @@ answers the same questions:
 
 ``DrafterDefaults`` holds the answers of a drafter that needs none of these: a new
 drafter overrides what it uses, and the round needs no edit.
+
+A drafter that reads more of the target than its tokens (an MTP head's hidden rows, an
+EAGLE-3 drafter's layer inputs) is told of every target batch below the round, by the
+target backend itself (``app/backends/llama/target_batches.py``, llama.cpp's ``process``
+step): the round neither sees nor forwards those rows.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from app.engine.speculation.drafter_interface import DrafterDefaults
 from app.engine.speculation.peak import peak
 from app.engine.speculation.sampling import runner_up, softmax_prob, warp_dist
 from app.engine.speculation.sparse_dist import Dist
+from app.engine.tokens import common_prefix
 from app.engine.types import DrafterKind, SamplingConfig
 
 
@@ -278,7 +279,7 @@ class EagleDrafter(HeadDrafter):
     trained on the target, in a file of its own, named as the draft model. It reads the
     inputs of three of the target's layers where an MTP head reads its last row."""
 
-    kind = DrafterKind.MODEL
+    kind = DrafterKind.EAGLE3
 
 
 class LookupDrafter(DrafterDefaults):
@@ -412,15 +413,3 @@ def constrained_draft(draft: Draft, constraint: Constraint) -> Draft:
     n = len(kept)
     return dataclasses.replace(draft, tokens=kept, q=draft.q[:n], probs=draft.probs[:n], dropped=None)
 
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the shared prefix; compares in C-level slices since it runs every round."""
-    n = min(len(a), len(b))
-    if list(a[:n]) == list(b[:n]):
-        return n
-    lo, step = 0, 256
-    while lo < n and list(a[lo:lo + step]) == list(b[lo:lo + step]):
-        lo += step
-    while lo < n and a[lo] == b[lo]:
-        lo += 1
-    return lo

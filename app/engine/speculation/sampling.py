@@ -186,7 +186,7 @@ def near_top(logits: np.ndarray, token: int, second: bool = False) -> tuple[floa
     than e^-_BAND (1e-7) of the top token, and their sum (at most 3% of the whole at a
     262k vocabulary, far less in a real row) is estimated from a strided sample of the
     row (``_TAIL_SAMPLE`` values). Where most of the row lies in the band
-    (a flat row) it is one exact float32 pass, as before. The figure steers the draft's
+    (a flat row) it is one exact float32 pass over the row. The figure steers the draft's
     length and is reported with a correction; it never enters an acceptance rule."""
     x = np.asarray(logits)
     top = float(x[token])

@@ -91,10 +91,11 @@ from app.engine.speculation.draft_costs import RecentCost
 from app.engine.speculation.draft_policy import AutoDraftLength, DraftPolicy, RoundPlan, draft_policy
 from app.engine.speculation.draft import Draft
 from app.engine.speculation.drafter_interface import Drafter, DrafterDefaults, Rider, RoundOutcome
-from app.engine.speculation.drafters import LookupDrafter, common_prefix, constrained_draft
+from app.engine.speculation.drafters import LookupDrafter, constrained_draft
 from app.engine.speculation.target_rows import TargetRows
 from app.engine.speculation.thread_policy import threads_for
 from app.engine.speculation.tree_round import TreeRound, branch_for, grow_tree, grows_trees
+from app.engine.tokens import common_prefix
 from app.engine.types import SPECULATION_OFF, SamplingConfig, SpecConfig, Stats, StopReason, TokenEvent, TokenKind
 
 
@@ -168,6 +169,7 @@ class _Round:
     plan: RoundPlan = RoundPlan(0)
     copied: bool = False          # the guess is a copy the engine made
     proposed: bool = False        # the drafter was asked for it
+    verified: bool = False        # the target decoded for it (the first token's came with the prompt)
     rider: Rider | None = None
     shape: TreeRound | None = None  # None: a line
     drafted_at: float = 0.0
@@ -355,6 +357,7 @@ class SpeculativeEngine:
         rows = (borrow_rows(target, [committed[-1], *draft.tokens], range(len(draft) + 1)) if step.shape is None
                 else borrow_tree(target, step.shape.tree.tokens, step.shape.tree.parents))
         step.verify_seconds = elapsed = time.perf_counter() - t
+        step.verified = True
         reply.stats.target_seconds += elapsed
         size = len(rows)  # a tree of n tokens costs as a line of n does
         reply.policy.observe_verify(size, elapsed)
@@ -412,8 +415,11 @@ class SpeculativeEngine:
             # What catching up on last round's guesses cost this one: a longer draft's price too.
             policy.observe_catchup(reply.proposed_last, draft.catchup_seconds)
         reply.proposed_last = len(draft) if step.proposed else 0
+        seconds = time.perf_counter() - step.started
+        if step.verified and not step.copied:
+            policy.observe_outcome(step.proposed, n_accepted + 1, seconds)
         reply.drafter.observe(RoundOutcome(step.proposed, step.rider is not None, step.drafted, n_accepted,
-                                           n_accepted + 1, time.perf_counter() - step.started), stats)
+                                           n_accepted + 1, seconds), stats)
         if step.shape is not None and step.shape.teaches_policy:
             policy.observe_tree(step.shape.tree, step.path, step.shape.kinds,
                                 time.perf_counter() - step.started - elapsed

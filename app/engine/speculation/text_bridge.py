@@ -44,8 +44,9 @@ from app.engine.backend import ModelBackend
 from app.engine.speculation.constraints import Constraint
 from app.engine.speculation.draft import Draft
 from app.engine.speculation.drafter_interface import DrafterDefaults, RoundOutcome
-from app.engine.speculation.drafters import LookupDrafter, ModelDrafter, common_prefix
+from app.engine.speculation.drafters import LookupDrafter, ModelDrafter
 from app.engine.speculation.probes import ProbeBackoff, rate
+from app.engine.tokens import common_prefix
 from app.engine.types import DrafterKind, SamplingConfig, Stats
 
 BACK_TO_WORD = 8  # draft tokens the cache may go back beyond the text's agreement, to a word's start

@@ -13,7 +13,7 @@ import pytest
 
 from app.backends.llama import flash_reader
 from app.backends.llama.backend import LlamaBackend
-from app.backends.llama.value_layout import relaid
+from app.backends.llama.value_layout import transpose_values
 from app.engine.gguf.context_shape import reads_apart
 
 N_CTX = 2048
@@ -126,16 +126,16 @@ def test_a_cut_or_a_copy_while_the_reader_holds_the_prompt(pair):
     assert apart.tokens == [] and _cached(apart) == 0
     # A copy (serve pauses a long prompt for a short request): the reading moves, and back.
     apart.evaluate(prompt[:-1], [])
-    saved = apart.save_cache()
-    assert saved[0] == prompt[:-1] and _cached(apart) == len(prompt) - 1
+    saved = apart.cache_image()
+    assert saved.tokens == prompt[:-1] and _cached(apart) == len(prompt) - 1
     apart.trim(0)
     apart.evaluate(prompt[:40], [])
-    apart.restore_cache(saved)
+    apart.load_cache_image(saved)
     _same(apart.evaluate(prompt[-1:], [0])[0], expected)
 
 
 def test_a_state_that_does_not_move_is_read_in_place(demo_models, monkeypatch, caplog):
-    """Where the reader's state cannot be relaid (another llama.cpp's layout, say), the
+    """Where the reader's state cannot be transposed (another llama.cpp's layout, say), the
     tokens are read in the decoding context after all, and reading apart stops."""
     model = LlamaBackend(demo_models.target, n_ctx=N_CTX, n_threads=0)
     here = LlamaBackend(demo_models.target, n_ctx=N_CTX, n_threads=0, flash_attention="off")
@@ -143,9 +143,9 @@ def test_a_state_that_does_not_move_is_read_in_place(demo_models, monkeypatch, c
         prompt = _prompt(model, 900)
         expected = _read(here, prompt)
         model.evaluate(prompt[:40], [])  # something held before: it stays, the rest is read again
-        real = flash_reader.relaid
+        real = flash_reader.transpose_values
         # The way in works; the way back gives nothing.
-        monkeypatch.setattr(flash_reader, "relaid", lambda state, transposed: None if transposed
+        monkeypatch.setattr(flash_reader, "transpose_values", lambda state, transposed: None if transposed
                             else real(state, transposed))
         with caplog.at_level(logging.WARNING, logger="tandem.llama"):
             model.evaluate(prompt[40:-1], [])
@@ -182,34 +182,34 @@ def _first_values(state: np.ndarray) -> int:
     return at
 
 
-def test_values_relaid_both_ways_come_back_as_they_were(pair):
+def test_values_transposed_both_ways_come_back_as_they_were(pair):
     _, here = pair
     here.trim(0)
     here.evaluate(_prompt(here, 300), [])
     state = _state(here)
     original = state.copy()
-    rows = relaid(state.copy(), transposed=False)  # (rewritten in place)
+    rows = transpose_values(state.copy(), transposed=False)  # (rewritten in place)
     assert rows is not None and len(rows) == len(state) and not np.array_equal(rows, state)
-    assert np.array_equal(relaid(rows, transposed=True), original)
+    assert np.array_equal(transpose_values(rows, transposed=True), original)
     # Already in the layout asked for, or not a state of this kind at all: None, and untouched.
-    assert relaid(state, transposed=True) is None
-    assert relaid(state[:-1], transposed=False) is None
-    assert relaid(np.concatenate([state, state[:1]]), transposed=False) is None
-    assert relaid(np.zeros(64, np.uint8), transposed=False) is None
-    assert relaid(state.view(np.int8), transposed=False) is None
+    assert transpose_values(state, transposed=True) is None
+    assert transpose_values(state[:-1], transposed=False) is None
+    assert transpose_values(np.concatenate([state, state[:1]]), transposed=False) is None
+    assert transpose_values(np.zeros(64, np.uint8), transposed=False) is None
+    assert transpose_values(state.view(np.int8), transposed=False) is None
     assert np.array_equal(state, original)
     rng = np.random.default_rng(7)
     for size in (0, 3, 16, 100, 4096):
-        assert relaid(rng.integers(0, 256, size, dtype=np.uint8), transposed=False) is None
+        assert transpose_values(rng.integers(0, 256, size, dtype=np.uint8), transposed=False) is None
     # A value type that is not single elements (a quantised cache), at the first layer's values.
     quantised = state.copy()
     first_values = _first_values(state)
     quantised[first_values:first_values + 4] = np.array([8], np.uint32).view(np.uint8)  # Q8_0
-    assert relaid(quantised, transposed=False) is None
-    assert relaid(state.copy(), transposed=False) is not None
+    assert transpose_values(quantised, transposed=False) is None
+    assert transpose_values(state.copy(), transposed=False) is not None
     two_streams = state.copy()
     two_streams[8:12] = np.array([2], np.uint32).view(np.uint8)
-    assert relaid(two_streams, transposed=False) is None
+    assert transpose_values(two_streams, transposed=False) is None
 
 
 
@@ -247,11 +247,11 @@ def test_a_reply_after_a_prompt_read_apart_is_the_plain_one(pair, q41_draft):
     pauses = []
 
     def pause():  # another client's request: the cache is copied out, used, put back
-        saved = apart.save_cache()
+        saved = apart.cache_image()
         apart.trim(0)
         apart.evaluate(prompt[:30], [0])
-        apart.restore_cache(saved)
-        pauses.append(len(saved[0]))
+        apart.load_cache_image(saved)
+        pauses.append(len(saved.tokens))
 
     for kwargs in ({}, {"pause": pause}):
         apart.trim(0)

@@ -38,7 +38,7 @@ def test_a_kept_branch_leaves_one_sequence_as_a_line_would(q41_target, kept):
     assert all(p == -1 for p in positions[1:]), "every other branch is gone"
     # Sequence 0 holds the kept path, but a branch off the first chain is re-fed with the next batch.
     first_chain = kept == list(range(len(kept)))
-    assert positions[0] + 1 + backend._lag == len(backend.tokens) and (backend._lag == 0) == first_chain
+    assert positions[0] + 1 + backend._uncached == len(backend.tokens) and (backend._uncached == 0) == first_chain
     after = backend.evaluate([400, 401], [0, 1])
     assert _sequences(backend)[0] == n + len(kept) + 1
     backend.trim(n)

@@ -58,7 +58,7 @@ def engines(request, files):
 @pytest.mark.parametrize("draft_max", [4, "auto"])
 def test_greedy_equals_the_target_alone_over_turns_and_a_regenerate(engines, draft_max):
     spec, plain, head = engines
-    drafted, accepted = greedy_over_turns(spec, plain, draft_max, DrafterKind.MODEL.value)
+    drafted, accepted = greedy_over_turns(spec, plain, draft_max, DrafterKind.EAGLE3.value)
     if draft_max != "auto":  # auto may stop drafting where it does not pay
         assert drafted > 30 and 0.05 < accepted / drafted < 0.95, (drafted, accepted)
     assert head.blind_steps == 0  # every entry read a row: the target's, or the drafter's own
@@ -105,9 +105,20 @@ def _check_pair(target: Path, draft: Path) -> tuple[int, dict]:
 def test_check_pair_names_the_layers_the_drafter_reads(files):
     code, said = _check_pair(files["target"], files["drafter"])
     layers = ", ".join(map(str, read_metadata(files["drafter"]).eagle3_layers))
-    assert code == 0 and said["compatible"] and said["reads_target"]
+    assert code == 0 and said["compatible"] and said["reads_target"] and said["drafter"] == "eagle3"
     assert said["reason"] == (f"Draft is an EAGLE-3 drafter for this target: it reads the target's layers {layers} "
                               "and drafts from them.")
+
+
+def test_the_bench_runs_the_drafter_file_as_the_kind_it_declares(files):
+    """``bench --method eagle3``: the file given, chosen as users choose it (a draft model)."""
+    import argparse
+
+    from app.bench import methods as bench_methods
+
+    args = argparse.Namespace(method="eagle3", drafter="lookup", draft=files["drafter"])
+    said = bench_methods.prepare(args, lambda *a: None)
+    assert said == "eagle3: an EAGLE-3 drafter named with --draft (eagle3.gguf)" and args.drafter == "model"
 
 
 @pytest.mark.parametrize("layers, keys, width, why", [
@@ -173,7 +184,7 @@ def test_generate_with_the_drafter_named_equals_the_target_alone(files, tmp_path
     drafted = _generate(files["target"], "--draft", str(files["drafter"]), home=tmp_path)
     plain = _generate(files["target"], "--no-speculation", home=tmp_path)
     assert drafted[0]["text"] == plain[0]["text"]
-    assert drafted[0]["stats"]["drafter"] == "model" and drafted[0]["stats"]["drafted"] > 0
+    assert drafted[0]["stats"]["drafter"] == "eagle3" and drafted[0]["stats"]["drafted"] > 0
 
 
 def test_a_session_names_the_drafter_file_it_drafts_with(files):
@@ -183,7 +194,7 @@ def test_a_session_names_the_drafter_file_it_drafts_with(files):
     session = load_session(ModelSpec(target_path=str(files["target"]), draft_path=str(files["drafter"]), n_ctx=512))
     try:
         info = session.info
-        assert (info.draft_name, info.drafter, info.note) == ("eagle3.gguf", DrafterKind.MODEL, "")
+        assert (info.draft_name, info.drafter, info.note) == ("eagle3.gguf", DrafterKind.EAGLE3, "")
         assert info.speculation_available
     finally:
         session.close()

@@ -34,6 +34,7 @@ class WideMarkov:
     """A Markov "model" with a 262k vocabulary whose logits are lent, not copied."""
 
     lends_logits = True
+    keeps_states = False
     tree_branches = 8
 
     def __init__(self, table: np.ndarray, seed: int, n_ctx: int = 64) -> None:

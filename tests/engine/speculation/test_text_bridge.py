@@ -110,6 +110,8 @@ def test_policy_keeps_a_bridge_that_pays_and_obeys_the_mode():
 class ModelStandIn:
     """A real model behind the backend protocol, for a test to change one call of it."""
 
+    keeps_states = False  # its cache is never copied out
+
     def __init__(self, model) -> None:
         self.model = model
         for name in ("n_vocab", "n_ctx", "bos_id", "eos_id", "add_bos", "eog_ids", "chat_template", "name"):
