@@ -115,6 +115,35 @@ class Context:
             self.ctx = None
 
 
+class ModelPair:
+    """A target and its drafter loaded, and the contexts made on them (``context``): on
+    leaving, the contexts close, newest first (a drafter's reads its target's), then the
+    models are freed."""
+
+    def __init__(self, target_path: str | Path, drafter_path: str | Path) -> None:
+        self.target_model = load_model(target_path)
+        try:
+            self.drafter_model = load_model(drafter_path)
+        except BaseException:
+            ll.llama_model_free(self.target_model)
+            raise
+        self._contexts: list[Context] = []
+
+    def context(self, model, **options) -> Context:
+        made = Context(model, **options)
+        self._contexts.append(made)
+        return made
+
+    def __enter__(self) -> "ModelPair":
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        for made in reversed(self._contexts):
+            made.close()
+        ll.llama_model_free(self.drafter_model)
+        ll.llama_model_free(self.target_model)
+
+
 # -- Gemma 4 assistant --------------------------------------------------------------------
 
 def assistant_agreement(target_path: str | Path, assistant_path: str | Path, prompt: str, steps: int = 32,
@@ -125,12 +154,11 @@ def assistant_agreement(target_path: str | Path, assistant_path: str | Path, pro
     does). Returns (share of right guesses, the target's tokens)."""
     from llama_cpp import llama_cpp_ext as ext
 
-    tmodel, amodel = load_model(target_path), load_model(assistant_path)
-    target = assistant = None
-    try:
-        target = Context(tmodel, threads=threads)
+    with ModelPair(target_path, assistant_path) as pair:
+        tmodel, amodel = pair.target_model, pair.drafter_model
+        target = pair.context(tmodel, threads=threads)
         ext.llama_set_embeddings_nextn(target.ctx, True, False)  # every position's hidden row
-        assistant = Context(amodel, other=target, mtp=True, threads=threads)
+        assistant = pair.context(amodel, other=target, mtp=True, threads=threads)
         ext.llama_set_embeddings_nextn(assistant.ctx, True, True)
         width = ll.llama_model_n_embd_out(amodel)
         prompt_ids = tokenize(tmodel, prompt)
@@ -150,12 +178,6 @@ def assistant_agreement(target_path: str | Path, assistant_path: str | Path, pro
             out.append(token)
             n += 1
         return right / steps, out
-    finally:
-        for c in (assistant, target):
-            if c is not None:
-                c.close()
-        ll.llama_model_free(amodel)
-        ll.llama_model_free(tmodel)
 
 
 def _row(ptr, width: int) -> np.ndarray:
@@ -187,11 +209,10 @@ def dflash_agreement(target_path: str | Path, drafter_path: str | Path, prompt: 
     step it decodes the block [token chosen, mask, ...] non-causally, guessing the next
     token at the first mask. Returns (share of right first guesses, the target's tokens,
     whether real target features were injected)."""
-    tmodel, dmodel = load_model(target_path), load_model(drafter_path)
-    target = drafter = None
-    try:
-        target = Context(tmodel, threads=threads)
-        drafter = Context(dmodel, other=target, threads=threads)
+    with ModelPair(target_path, drafter_path) as pair:
+        tmodel, dmodel = pair.target_model, pair.drafter_model
+        target = pair.context(tmodel, threads=threads)
+        drafter = pair.context(dmodel, other=target, threads=threads)
         ll.llama_set_causal_attn(drafter.ctx, False)
         layers = [int(i) for i in read_gguf(drafter_path).value("target_layers")]
         block = int(_meta(dmodel, "dflash.block_size") or 16)
@@ -229,12 +250,6 @@ def dflash_agreement(target_path: str | Path, drafter_path: str | Path, prompt: 
             out.append(token)
             n += 1
         return right / steps, out, bindings is not None
-    finally:
-        for c in (drafter, target):
-            if c is not None:
-                c.close()
-        ll.llama_model_free(dmodel)
-        ll.llama_model_free(tmodel)
 
 
 def _meta(model, key: str) -> str | None:

@@ -13,7 +13,7 @@ import llama_cpp as ll
 import pytest
 
 from dflash_models import write_dflash_drafter
-from drafter_runs import Context, architecture, dflash_agreement, load_model
+from drafter_runs import Context, ModelPair, architecture, dflash_agreement, load_model
 from gemma4_models import GEMMA4_QUIET, write_gemma4_model
 from gguf_arrays import read_gguf
 from recurrent_models import write_mtp_model
@@ -29,9 +29,8 @@ def files(demo_models, tmp_path_factory):
 
 
 def test_it_loads_as_dflash_beside_the_targets_context(files):
-    tmodel, dmodel = load_model(files["target"]), load_model(files["drafter"])
-    target = drafter = None
-    try:
+    with ModelPair(files["target"], files["drafter"]) as pair:
+        tmodel, dmodel = pair.target_model, pair.drafter_model
         assert architecture(dmodel) == "dflash"
         assert ll.llama_model_n_embd(dmodel) == ll.llama_model_n_embd(tmodel)  # fc reads rows this wide
         assert ll.llama_vocab_mask(ll.llama_model_get_vocab(dmodel)) == 0      # the unknown token
@@ -42,14 +41,8 @@ def test_it_loads_as_dflash_beside_the_targets_context(files):
         assert "token_embd.weight" not in meta.tensors and "output.weight" not in meta.tensors
         with pytest.raises(RuntimeError):  # llama.cpp: "dflash requires ctx_other to be set"
             Context(dmodel)
-        target = Context(tmodel)
-        drafter = Context(dmodel, other=target)
-    finally:
-        for c in (drafter, target):
-            if c is not None:
-                c.close()
-        ll.llama_model_free(dmodel)
-        ll.llama_model_free(tmodel)
+        target = pair.context(tmodel)
+        drafter = pair.context(dmodel, other=target)
 
 
 def test_its_first_guess_agrees_with_a_gemma4_target_part_of_the_time(files):

@@ -12,7 +12,7 @@ import llama_cpp as ll
 import numpy as np
 import pytest
 
-from drafter_runs import Context, architecture, assistant_agreement, load_model
+from drafter_runs import Context, ModelPair, architecture, assistant_agreement, load_model
 from gemma4_models import GEMMA4_QUIET, Gemma4Shape, write_gemma4_assistant, write_gemma4_model
 from gguf_arrays import read_gguf
 
@@ -54,25 +54,18 @@ def test_the_quiet_target_keeps_the_gemma_layout(files):
 
 
 def test_the_assistant_loads_as_its_architecture_beside_the_targets_context(files):
-    tmodel, amodel = load_model(files["quiet"]), load_model(files["assistant"])
-    target = assistant = None
-    try:
+    with ModelPair(files["quiet"], files["assistant"]) as pair:
+        tmodel, amodel = pair.target_model, pair.drafter_model
         assert architecture(amodel) == "gemma4-assistant"
         assert ll.llama_model_n_embd_out(amodel) == ll.llama_model_n_embd(tmodel) == 64
         assert ll.llama_model_n_embd(amodel) == 96 and ll.llama_model_n_layer_nextn(amodel) == 2
         with pytest.raises(RuntimeError):  # llama.cpp: "Gemma4Assistant requires ctx_other to be set"
             Context(amodel)
-        target = Context(tmodel)
-        assistant = Context(amodel, other=target, mtp=True)
+        target = pair.context(tmodel)
+        assistant = pair.context(amodel, other=target, mtp=True)
         from llama_cpp import llama_cpp_ext as ext
 
         assert ext.llama_get_ctx_other(assistant.ctx) == target.ctx
-    finally:
-        for c in (assistant, target):
-            if c is not None:
-                c.close()
-        ll.llama_model_free(amodel)
-        ll.llama_model_free(tmodel)
 
 
 def test_the_assistant_agrees_with_its_target_part_of_the_time(files):
