@@ -103,22 +103,17 @@ def main(argv: list[str] | None = None) -> int:
         vocab = demo_pair().draft
     if opts.arch == "gemma4":
         return _gemma4(opts, vocab, parser)
-    started = time.perf_counter()
     sizes = {**(MTP_SHAPE if opts.mtp else {}), **_sizes(opts.set)}
-    target = write_recurrent_model(opts.path, opts.arch, vocab_from=vocab, seed=opts.seed, ftype=opts.ftype, **sizes)
-    print(f"{target}  {target.stat().st_size / 1e6:.1f} MB  {time.perf_counter() - started:.1f} s")
+    target = _written(lambda: write_recurrent_model(opts.path, opts.arch, vocab_from=vocab, seed=opts.seed,
+                                                    ftype=opts.ftype, **sizes))
     if opts.eagle3:
         from eagle_models import write_eagle3_drafter
 
-        started = time.perf_counter()
-        drafter = write_eagle3_drafter(target, opts.eagle3, seed=opts.seed)
-        print(f"{drafter}  {drafter.stat().st_size / 1e6:.1f} MB  {time.perf_counter() - started:.1f} s")
+        drafter = _written(lambda: write_eagle3_drafter(target, opts.eagle3, seed=opts.seed))
     if opts.dflash:
         _write_dflash(target, opts)
     if opts.draft:
-        started = time.perf_counter()
-        draft = write_draft_copy(target, opts.draft, opts.draft_ftype)
-        print(f"{draft}  {draft.stat().st_size / 1e6:.1f} MB  {time.perf_counter() - started:.1f} s")
+        draft = _written(lambda: write_draft_copy(target, opts.draft, opts.draft_ftype))
     return 0
 
 
@@ -148,29 +143,31 @@ def _gemma4(opts: argparse.Namespace, vocab: Path, parser: argparse.ArgumentPars
     if opts.eagle3:
         parser.error("--eagle3: not for gemma4 (this llama.cpp's EAGLE-3 reads Llama, Qwen and a few more)")
     quiet = opts.mtp or opts.assistant or opts.dflash
-    started = time.perf_counter()
     sizes = {**(GEMMA4_QUIET if quiet else {}), **_gemma4_sizes(opts.set)}
-    target = write_gemma4_model(opts.path, vocab_from=vocab, seed=opts.seed, ftype=opts.ftype, **sizes)
-    print(f"{target}  {target.stat().st_size / 1e6:.1f} MB  {time.perf_counter() - started:.1f} s")
+    target = _written(lambda: write_gemma4_model(opts.path, vocab_from=vocab, seed=opts.seed, ftype=opts.ftype,
+                                                 **sizes))
     if opts.assistant:
-        started = time.perf_counter()
-        assistant = write_gemma4_assistant(target, opts.assistant, seed=opts.seed)
-        print(f"{assistant}  {assistant.stat().st_size / 1e6:.1f} MB  {time.perf_counter() - started:.1f} s")
+        assistant = _written(lambda: write_gemma4_assistant(target, opts.assistant, seed=opts.seed))
     if opts.dflash:
         _write_dflash(target, opts)
     if opts.draft:
-        started = time.perf_counter()
-        draft = write_draft_copy(target, opts.draft, opts.draft_ftype)
-        print(f"{draft}  {draft.stat().st_size / 1e6:.1f} MB  {time.perf_counter() - started:.1f} s")
+        draft = _written(lambda: write_draft_copy(target, opts.draft, opts.draft_ftype))
     return 0
+
+
+def _written(write) -> Path:
+    """``write()``'s file, said with its size and how long it took."""
+    started = time.perf_counter()
+    path = write()
+    print(f"{path}  {path.stat().st_size / 1e6:.1f} MB  {time.perf_counter() - started:.1f} s")
+    return path
 
 
 def _write_dflash(target: Path, opts: argparse.Namespace) -> None:
     from dflash_models import write_dflash_drafter
 
-    started = time.perf_counter()
-    drafter = write_dflash_drafter(target, opts.dflash, block_size=opts.block_size, seed=opts.seed)
-    print(f"{drafter}  {drafter.stat().st_size / 1e6:.1f} MB  {time.perf_counter() - started:.1f} s")
+    _written(lambda: write_dflash_drafter(target, opts.dflash, block_size=opts.block_size,
+                                          seed=opts.seed))
 
 
 if __name__ == "__main__":
